@@ -1,0 +1,25 @@
+# The two commands of the README, and the pieces they are made of.
+#   make run   - the main job on its built-in default (a real RL run on the default model)
+#   make test  - every test tier (unit, docker, engine, e2e)
+# Both run the idempotent set-up first; a second set-up takes seconds.
+
+PY := .venv/bin/python
+
+.PHONY: setup run test test-unit lint typecheck bench
+setup:
+	scripts/setup.sh
+
+run: setup
+	.venv/bin/rollgym run
+
+test: setup
+	$(PY) -m pytest
+
+test-unit:
+	$(PY) -m pytest -m unit
+
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+typecheck:
+	.venv/bin/mypy

@@ -1,0 +1,1 @@
+"""Gymnasium environments for multi-turn text agents, registered as ``rollgym/<Name>-v0``."""

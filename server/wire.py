@@ -1,0 +1,196 @@
+"""The wire schema: every body that crosses the server's HTTP boundary, as pydantic models.
+
+This module is the contract between the rollout server and its clients (the trainer,
+external agents, dashboards). It imports nothing from the rest of ``server`` and nothing
+heavy, so the trainer can depend on it without pulling in vLLM.
+
+Token contract (see design.md): a trajectory holds the exact sampled token ids, their
+behaviour logprobs and a loss mask. ``prompt_ids`` is the first prompt (system + first
+observation); ``completion_ids`` is everything after it, model and environment tokens
+interleaved in the order they entered the context; ``logprobs`` and ``loss_mask`` align
+with ``completion_ids`` (environment tokens: mask 0, logprob 0.0).
+
+Version contract: every turn records the policy version that generated it; a trajectory
+carries the lowest and highest (``min_version``/``max_version``). A trainer at version V
+takes a trajectory only if ``V - min_version <= max_staleness``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Input(BaseModel):
+    """Inputs we own are strict: an unknown field is a client bug, so it gets a 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    """The one error body of every 4xx/5xx answer."""
+
+    error: str = Field(description="a stable machine-readable code, e.g. 'stale_version'")
+    message: str = Field(description="what is wrong and how to fix it")
+
+
+# --- trajectories -------------------------------------------------------------------------
+
+
+class TurnRecord(BaseModel):
+    """One model turn and the environment step that answered it, with its costs."""
+
+    index: int
+    policy_version: int
+    context_tokens: int = Field(description="prompt length the model saw this turn")
+    completion_tokens: int
+    env_tokens: int = Field(description="tokens the environment appended after this turn")
+    cached_tokens: int = Field(0, description="prompt tokens served from the prefix cache")
+    reward: float = 0.0
+    finish_reason: str | None = None
+    model_s: float = Field(0.0, description="time generating (engine), queue excluded")
+    queue_s: float = Field(0.0, description="time waiting for the engine to take the request")
+    env_s: float = Field(0.0, description="time in env.step, sandbox included")
+    sandbox_s: float = Field(0.0, description="part of env_s spent in the sandbox")
+
+
+class Trajectory(BaseModel):
+    """One episode, token-faithful, ready to train on."""
+
+    id: str
+    group_id: str
+    env_id: str
+    task_seed: int | None = None
+    source: Literal["rollout", "session"] = "rollout"
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    loss_mask: list[int]
+    reward: float = Field(description="the episode's return (sum of step rewards)")
+    terminated: bool
+    truncated: bool
+    valid: bool = Field(True, description="False after an infrastructure failure: never trained on")
+    invalid_reason: str | None = None
+    min_version: int
+    max_version: int
+    turns: list[TurnRecord]
+    created_at: float
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Trajectory:
+        n = len(self.completion_ids)
+        if len(self.logprobs) != n or len(self.loss_mask) != n:
+            raise ValueError(
+                f"logprobs ({len(self.logprobs)}) and loss_mask ({len(self.loss_mask)}) "
+                f"must align with completion_ids ({n})"
+            )
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("loss_mask holds only 0 (environment) and 1 (model)")
+        if self.min_version > self.max_version:
+            raise ValueError("min_version must be <= max_version")
+        return self
+
+
+class TrajectoryGroup(BaseModel):
+    """The G samples of one task that GRPO compares with each other."""
+
+    group_id: str
+    env_id: str
+    task_seed: int | None = None
+    trajectories: list[Trajectory]
+
+    @property
+    def min_version(self) -> int:
+        return min(t.min_version for t in self.trajectories)
+
+
+# --- buffer: the trainer's side -----------------------------------------------------------
+
+
+class PullRequest(_Input):
+    """Long-poll for complete groups inside the staleness window.
+
+    The server answers as soon as ``num_groups`` groups are ready, or after ``timeout_s``
+    with what it has (possibly none). Groups older than the window are dropped and counted.
+    Pulled groups are leased to ``lease_id`` until acknowledged.
+    """
+
+    trainer_version: int = Field(ge=0)
+    max_staleness: int = Field(ge=0)
+    num_groups: int = Field(gt=0, le=4096)
+    timeout_s: float = Field(30.0, ge=0, le=600)
+
+
+class PullResponse(BaseModel):
+    lease_id: str | None
+    groups: list[TrajectoryGroup]
+    dropped_stale: int = Field(description="trajectories dropped as stale by this pull")
+    policy_version: int
+
+
+class AckRequest(_Input):
+    """Confirms that leased groups were trained on (idempotent)."""
+
+    group_ids: list[str]
+
+
+# --- rollout jobs -------------------------------------------------------------------------
+
+
+class SamplingSettings(_Input):
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(64, gt=0, description="per model turn")
+
+
+class RolloutJob(_Input):
+    """What the sampler should run: groups of ``group_size`` episodes per task seed."""
+
+    env_id: str
+    env_kwargs: dict[str, object] = Field(default_factory=dict)
+    group_size: int = Field(4, ge=1)
+    groups_per_batch: int = Field(8, ge=1, description="groups the trainer consumes per step")
+    max_staleness: int = Field(1, ge=0)
+    max_turns: int | None = Field(None, ge=1, description="default: the env's max_episode_steps")
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    seeds: list[int] | None = Field(None, description="task seeds to cycle; default: 0, 1, 2, ...")
+    order: Literal["random", "length_grouped", "alternate"] = "random"
+    oversample: float = Field(1.0, ge=1.0, description="run this many times the groups needed")
+    drop_zero_variance: bool = Field(True, description="drop groups whose rewards are all equal")
+
+
+class RolloutStatus(BaseModel):
+    running: bool
+    job: RolloutJob | None
+    in_flight: int
+    buffered_groups: int
+    completed_groups: int
+    dropped_zero_variance: int
+    invalid_trajectories: int
+
+
+# --- weights and versions -----------------------------------------------------------------
+
+
+class WeightsFromPath(_Input):
+    """Load new weights from safetensors file(s) on a volume the server can read."""
+
+    path: str
+    expected_version: int | None = Field(
+        None, description="reject (409) unless the server is at this version: guards races"
+    )
+
+
+class WeightUpdateResult(BaseModel):
+    policy_version: int
+    bytes: int
+    load_s: float = Field(description="time to read and check the weights")
+    apply_s: float = Field(description="time the engine was paused to swap them")
+    in_flight_policy: Literal["finish", "abort"]
+
+
+class PolicyInfo(BaseModel):
+    policy_version: int
+    model: str
+    updating: bool

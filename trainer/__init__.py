@@ -1,0 +1,1 @@
+"""The trainer: pulls versioned trajectories from the server, trains with TRL, pushes weights."""
