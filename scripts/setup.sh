@@ -21,9 +21,9 @@ VENV=${ROLLGYM_VENV:-$ROOT/.venv}
 BASE_IMAGE=${ROLLGYM_BASE_IMAGE:-rollgym/base:bookworm}
 PUBLIC_BASE=${ROLLGYM_PUBLIC_BASE:-python:3.11-slim-bookworm}
 DOCKERD_LOG=${ROLLGYM_DOCKERD_LOG:-/var/log/rollgym-dockerd.log}
-# Packages of the debootstrapped base: Python with its full standard library and the shell
-# tools that agent commands expect.
-BASE_PACKAGES=python3,procps,psmisc,file,less,bzip2,xz-utils,ca-certificates
+# Packages of the debootstrapped base: Python with its full standard library and venv (the
+# app image installs its wheelhouse into a venv), and the shell tools agent commands expect.
+BASE_PACKAGES=python3,python3-venv,procps,psmisc,file,less,bzip2,xz-utils,ca-certificates
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -56,14 +56,17 @@ setup_venv() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || die "python3 -m venv failed: install python3-venv (Python >= 3.11)"
   "$VENV/bin/python" -c 'import sys; assert sys.version_info >= (3, 11)' \
     || die "$VENV uses Python < 3.11; remove it and run with python3 >= 3.11 on PATH"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -r "$reqs"
+  local pip_log="$VENV/pip-install.log"
+  pip_quiet() { "$VENV/bin/pip" "$@" >>"$pip_log" 2>&1 || die "pip $* failed; the end of $pip_log says:
+$(tail -n 20 "$pip_log")"; }
+  pip_quiet install --upgrade pip
+  pip_quiet install -r "$reqs"
   if [ "$flavor" = cpu ]; then
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that fail to load against
     # torch+cpu (and break transformers' imports); triton is a 1 GB GPU-only package.
-    "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+    "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec triton >>"$pip_log" 2>&1 || true
   fi
-  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
+  pip_quiet install --no-deps --no-build-isolation -e .
   rm -f "$VENV"/.rollgym-*
   touch "$stamp"
   log "venv: ready ($(du -sh "$VENV" | cut -f1))"
@@ -154,8 +157,9 @@ setup_sandbox_images() { # sandboxes/images/<name>/Dockerfile -> rollgym/sandbox
   for dockerfile in sandboxes/images/*/Dockerfile; do
     [ -f "$dockerfile" ] || continue
     dir=$(dirname "$dockerfile"); name=$(basename "$dir")
-    # Tag by content, so an edited Dockerfile rebuilds and an unchanged one never does.
-    tag="rollgym/sandbox-$name:$( (echo "$BASE_IMAGE"; tar -C "$dir" -cf - --sort=name --mtime=@0 --owner=0 --group=0 .) | sha256sum | cut -c1-12)"
+    # Tag by content (and the base's id), so an edited Dockerfile or a new base rebuilds and
+    # an unchanged one never does.
+    tag="rollgym/sandbox-$name:$( (docker image inspect -f '{{.Id}}' "$BASE_IMAGE"; tar -C "$dir" -cf - --sort=name --mtime=@0 --owner=0 --group=0 .) | sha256sum | cut -c1-12)"
     if ! image_exists "$tag"; then
       log "image: building $tag"
       DOCKER_BUILDKIT=0 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$tag" "$dir" >/dev/null \
