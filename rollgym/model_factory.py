@@ -236,6 +236,9 @@ def build_model(spec: ModelSpec, out_dir: str | Path) -> Path:
     """
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a 13 MB save needs no progress bar in set-up logs
 
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
