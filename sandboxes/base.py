@@ -13,11 +13,18 @@ Errors (one root, translated at the adapter boundary; Docker SDK errors never le
     │   │                                           answering or hit a container-level deadline:
     │   │                                           an infrastructure failure; the pool replaces it
     │   └── SandboxOOM(SandboxDied)                 ... because the box ran out of memory
+    ├── SandboxFileError(SandboxError, OSError)     a file call failed in the box (missing
+    │                                               file, a directory, no permission, too big)
     ├── PoolTimeout(SandboxError, TimeoutError)     no box became free within the wait
     └── SandboxStateError(SandboxError)             a call on a closed box or pool
 
 Every call returns an ``ExecResult`` with stdout, stderr, exit code, time inside the box,
 round trip, and whether output was cut at the cap.
+
+Paths inside a box: commands start in ``WORK_DIR`` (also ``$HOME``), scratch space is
+``TMP_DIR``; both are wiped by ``reset``. Envs should use these constants (or paths
+relative to the work dir), never a path of their own invention: the Docker box mounts
+tmpfs there and the fake maps them onto private host folders.
 """
 
 from __future__ import annotations
@@ -27,13 +34,27 @@ import enum
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
+WORK_DIR = "/work"
+"""The box's working directory and ``$HOME``: where commands start; wiped by reset."""
+
+TMP_DIR = "/tmp"
+"""Scratch space (``$TMPDIR``); wiped by reset."""
+
 
 class SandboxError(Exception):
     """Root of all sandbox errors."""
 
 
 class SandboxTimeout(SandboxError, TimeoutError):
-    """The command ran past its timeout; its process group was killed. The box is usable."""
+    """The command ran past its timeout; its process group was killed. The box is usable.
+
+    ``result`` holds what the command printed before it was killed (``None`` when the
+    transport, not the command, timed out).
+    """
+
+    def __init__(self, message: str, result: ExecResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class SandboxDied(SandboxError):
@@ -42,6 +63,10 @@ class SandboxDied(SandboxError):
 
 class SandboxOOM(SandboxDied):
     """The box (or a command in it) was killed for exceeding its memory limit."""
+
+
+class SandboxFileError(SandboxError, OSError):
+    """A file call failed inside the box: missing file, a directory, no permission, too big."""
 
 
 class PoolTimeout(SandboxError, TimeoutError):

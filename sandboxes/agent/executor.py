@@ -1,0 +1,234 @@
+"""The executor: serves shell, Python, file and reset requests on a unix socket.
+
+Run inside a box as ``python3 -m agent.executor --socket /run/rollgym/executor.sock
+--contained ...`` (``--contained`` lets reset kill every other process, which is only
+safe when an init is our parent in a container), or on the host by the fake sandbox.
+
+Requests and replies are frames (``framing``); one request is served at a time, from any
+number of host connections. Every request names an ``op``::
+
+    ping                         -> {ok, pid}
+    shell  {command, timeout, cap} -> {ok, exit_code, stdout, stderr, truncated,
+    python {code, timeout, cap}       duration_s, timed_out, oom}
+    write  {path, data (base64)}  -> {ok}
+    read   {path, max_bytes}      -> {ok, data (base64)}
+    reset                        -> {ok, duration_s}
+
+A failed request answers ``{ok: false, error: bad_request | file | reset_failed, message}``.
+The socket appears (atomically, by rename) only once the executor is listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import selectors
+import shutil
+import socket
+import stat
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .framing import FrameError, Message, recv_frame, send_frame
+from .processes import kill_everything_else, kill_group, oom_kill_count, reap_children
+from .pyworker import PythonWorker
+from .result import CallResult
+from .shell import run_shell
+
+OOM_EXIT_CODE = 137  # 128 + SIGKILL: how the OOM killer's victims exit
+
+
+class RequestError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Executor:
+    """Request handlers and the box's in-executor state (Python worker, process groups)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.worker = PythonWorker(args.work_dir, args.python_grace)
+        self.groups: set[int] = set()  # shell process groups that may still hold processes
+        self.oom_seen = oom_kill_count() or 0
+        self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
+            "ping": lambda req, host: {"ok": True, "pid": os.getpid()},
+            "shell": self.shell,
+            "python": self.python,
+            "write": self.write,
+            "read": self.read,
+            "reset": self.reset,
+        }
+
+    def handle(self, request: Message, host: socket.socket | None) -> Message:
+        handler = self.handlers.get(str(request.get("op")))
+        try:
+            if handler is None:
+                raise RequestError("bad_request", f"unknown op {request.get('op')!r}")
+            return handler(request, host)
+        except RequestError as exc:
+            return {"ok": False, "error": exc.kind, "message": str(exc)}
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"ok": False, "error": "bad_request", "message": f"{type(exc).__name__}: {exc}"}
+
+    def shell(self, req: Message, host: socket.socket | None) -> Message:
+        result, pgid = run_shell(
+            req["command"],
+            shell=self.args.shell,
+            cwd=self.args.work_dir,
+            timeout=float(req["timeout"]),
+            cap=int(req["cap"]),
+            host=host,
+        )
+        if pgid is not None:
+            self.groups.add(pgid)
+        return self._with_oom(result).to_message()
+
+    def python(self, req: Message, host: socket.socket | None) -> Message:
+        result = self.worker.run(
+            req["code"], timeout=float(req["timeout"]), cap=int(req["cap"]), host=host
+        )
+        return self._with_oom(result).to_message()
+
+    def _with_oom(self, result: CallResult) -> CallResult:
+        """Mark a SIGKILLed call as OOM when the cgroup's oom_kill counter moved."""
+        if result.exit_code == OOM_EXIT_CODE and not result.timed_out:
+            count = oom_kill_count() or 0
+            result.oom = count > self.oom_seen
+            self.oom_seen = count
+        return result
+
+    def _path(self, req: Message) -> str:
+        return os.path.join(self.args.work_dir, str(req["path"]))
+
+    def write(self, req: Message, host: socket.socket | None) -> Message:
+        path = self._path(req)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(req["data"]))
+        except OSError as exc:
+            raise RequestError("file", f"cannot write {req['path']}: {exc.strerror}") from exc
+        return {"ok": True}
+
+    def read(self, req: Message, host: socket.socket | None) -> Message:
+        path, limit = self._path(req), int(req["max_bytes"])
+        try:
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size > limit:
+                    raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
+                data = f.read(limit + 1)
+        except OSError as exc:
+            raise RequestError("file", f"cannot read {req['path']}: {exc.strerror}") from exc
+        if len(data) > limit:
+            raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
+        return {"ok": True, "data": base64.b64encode(data).decode()}
+
+    def reset(self, req: Message, host: socket.socket | None) -> Message:
+        start = time.monotonic()
+        self.worker.stop()
+        for pgid in self.groups:
+            kill_group(pgid)
+        self.groups.clear()
+        try:
+            if self.args.contained:
+                kill_everything_else()
+            reap_children()
+            for folder in self.args.wipe:
+                wipe(folder)
+        except (OSError, TimeoutError) as exc:
+            raise RequestError("reset_failed", str(exc)) from exc
+        self.worker.start()
+        self.oom_seen = oom_kill_count() or 0
+        return {"ok": True, "duration_s": time.monotonic() - start}
+
+
+def _make_writable_and_retry(func: Callable[[str], Any], path: str, exc_info: Any) -> None:
+    parent = os.path.dirname(path)
+    os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, stat.S_IRWXU)
+        shutil.rmtree(path)
+    else:
+        func(path)
+
+
+def wipe(folder: str) -> None:
+    """Remove everything inside ``folder`` (a mount point, so the folder itself stays)."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, stat.S_IRWXU)
+                shutil.rmtree(entry.path, onerror=_make_writable_and_retry)
+            else:
+                os.unlink(entry.path)
+
+
+def listen(path: str) -> socket.socket:
+    """Bind and listen on ``path``, made visible by an atomic rename once ready."""
+    staging = f"{path}.{os.getpid()}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(staging)
+    os.chmod(staging, 0o666)  # the host connects as another uid; the folder guards access
+    server.listen(64)
+    os.rename(staging, path)
+    return server
+
+
+def serve(executor: Executor, server: socket.socket, exit_with_parent: bool) -> None:
+    parent = os.getppid()
+    selector = selectors.DefaultSelector()
+    selector.register(server, selectors.EVENT_READ)
+    while True:
+        ready = selector.select(timeout=1.0)
+        if exit_with_parent and os.getppid() != parent:
+            return
+        for key, _ in ready:
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            if sock is server:
+                conn, _ = server.accept()
+                selector.register(conn, selectors.EVENT_READ)
+                continue
+            try:
+                request = recv_frame(sock)
+                if request is not None:
+                    send_frame(sock, executor.handle(request, sock))
+                    continue
+            except (FrameError, OSError):
+                pass
+            selector.unregister(sock)
+            sock.close()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="agent.executor", description=__doc__)
+    parser.add_argument("--socket", required=True, help="unix socket path to listen on")
+    parser.add_argument("--work-dir", required=True, help="where commands start")
+    parser.add_argument("--wipe", action="append", default=[], help="folder reset empties")
+    parser.add_argument("--shell", default="/bin/bash")
+    parser.add_argument("--python-grace", type=float, default=0.5)
+    parser.add_argument("--contained", action="store_true", help="reset kills every process")
+    parser.add_argument("--exit-with-parent", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.contained and os.getppid() != 1:
+        print(
+            "agent.executor: --contained needs an init as parent (docker --init)", file=sys.stderr
+        )
+        return 2
+    os.chdir(args.work_dir)
+    server = listen(args.socket)
+    serve(Executor(args), server, args.exit_with_parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""One shell command per call: a fresh ``bash -c`` in its own session, killed by group.
+
+Each command starts in the work dir with the executor's environment; nothing but files
+carries over between calls (no ``cd`` or ``export`` memory). A command that outlives its
+timeout is SIGKILLed with every process in its group. Background processes it started
+may keep running (a server the next command talks to); ``reset`` ends them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+from .processes import exit_code_of, kill_group
+from .result import CallResult
+from .streams import CappedOutput, Outcome, drain, pump
+
+CANNOT_START = 126  # the shell's own code for "found but could not run"
+
+
+def run_shell(
+    command: str,
+    *,
+    shell: str,
+    cwd: str,
+    timeout: float,
+    cap: int,
+    host: socket.socket | None = None,
+) -> tuple[CallResult, int | None]:
+    """Run ``command``; return its result and its process group id (None if it never ran)."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [shell, "-c", command],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        message = f"rollgym: cannot start the command: {exc}\n"
+        return CallResult(CANNOT_START, "", message, False, time.monotonic() - start), None
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = CappedOutput(cap), CappedOutput(cap)
+    outputs = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    for fd in outputs:
+        os.set_blocking(fd, False)
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        outcome = pump(outputs, pidfd, start + timeout, host)
+        if outcome is not Outcome.DONE:
+            kill_group(proc.pid)
+        returncode = proc.wait()
+        drain(outputs)
+    finally:
+        os.close(pidfd)
+        proc.stdout.close()
+        proc.stderr.close()
+    result = CallResult(
+        exit_code=exit_code_of(returncode),
+        stdout=out.text(),
+        stderr=err.text(),
+        truncated=out.truncated or err.truncated,
+        duration_s=time.monotonic() - start,
+        timed_out=outcome is not Outcome.DONE,
+    )
+    return result, proc.pid

@@ -1,0 +1,239 @@
+"""``ExecutorSandbox``: the ``Sandbox`` interface over an executor's unix socket.
+
+Whatever hosts the executor (a Docker container, or a host process for the fake), the
+calls are the same: build a request with the call's timeout and the output cap, wait at
+most ``timeout + host_grace_s`` for the reply, and translate it. A transport failure, a
+failed reset or an OOM kill marks the box ``DEAD`` (``SandboxDied``/``SandboxOOM``); a
+command past its timeout raises ``SandboxTimeout`` and leaves the box ``READY``.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import metrics as m
+from .agent.framing import Message
+from .base import (
+    ExecResult,
+    SandboxDied,
+    SandboxError,
+    SandboxFileError,
+    SandboxOOM,
+    SandboxState,
+    SandboxStateError,
+    SandboxTimeout,
+)
+from .client import ExecutorClient, TransportError
+from .config import SandboxConfig
+
+
+def _same_path(path: str) -> str:
+    return path
+
+
+class ExecutorSandbox:
+    """One box, seen from the host. Thread-safe for sync calls; async calls never block."""
+
+    def __init__(
+        self,
+        box_id: str,
+        socket_path: str,
+        config: SandboxConfig,
+        *,
+        metrics: m.MetricsSink | None = None,
+        map_path: Callable[[str], str] = _same_path,
+    ) -> None:
+        self._id = box_id
+        self._client = ExecutorClient(socket_path)
+        self._config = config
+        self._metrics = metrics or m.NullMetrics()
+        self._map_path = map_path
+        self._state = SandboxState.READY
+        self.timeouts = 0  # commands killed at their timeout since the last reset
+        self.death_reason: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def state(self) -> SandboxState:
+        return self._state
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._id} {self._state.value}>"
+
+    # -- calls ------------------------------------------------------------------------------
+    def run_shell(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        return self._exec("shell", {"command": command}, timeout)
+
+    def run_python(self, code: str, *, timeout: float | None = None) -> ExecResult:
+        return self._exec("python", {"code": code}, timeout)
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        self._call_timed(
+            "write", self._write_request(path, content), self._config.command_timeout_s
+        )
+
+    def read_file(self, path: str) -> bytes:
+        reply = self._call_timed("read", self._read_request(path), self._config.command_timeout_s)
+        return base64.b64decode(reply["data"])
+
+    def reset(self) -> None:
+        start = time.perf_counter()
+        self._finish_reset(self._call({"op": "reset"}, self._config.reset_timeout_s), start)
+
+    def ping(self) -> None:
+        """Raise ``SandboxDied`` unless the executor answers (health checks)."""
+        self._call({"op": "ping"}, self._config.host_grace_s)
+
+    async def arun_shell(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        return await self._aexec("shell", {"command": command}, timeout)
+
+    async def arun_python(self, code: str, *, timeout: float | None = None) -> ExecResult:
+        return await self._aexec("python", {"code": code}, timeout)
+
+    async def awrite_file(self, path: str, content: bytes | str) -> None:
+        request = self._write_request(path, content)
+        await self._acall_timed("write", request, self._config.command_timeout_s)
+
+    async def aread_file(self, path: str) -> bytes:
+        request = self._read_request(path)
+        reply = await self._acall_timed("read", request, self._config.command_timeout_s)
+        return base64.b64decode(reply["data"])
+
+    async def areset(self) -> None:
+        start = time.perf_counter()
+        reply = await self._acall({"op": "reset"}, self._config.reset_timeout_s)
+        self._finish_reset(reply, start)
+
+    async def aping(self) -> None:
+        await self._acall({"op": "ping"}, self._config.host_grace_s)
+
+    # -- life -------------------------------------------------------------------------------
+    def mark_dead(self, reason: str) -> None:
+        if self._state is not SandboxState.CLOSED and self._state is not SandboxState.DEAD:
+            self._state = SandboxState.DEAD
+            self.death_reason = reason
+            self._metrics.increment(m.DEATHS, {"reason": reason})
+
+    def close(self) -> None:
+        """Drop the connections (the box's owner stops the executor)."""
+        self._state = SandboxState.CLOSED
+        self._client.close()
+
+    # -- requests and replies -----------------------------------------------------------------
+    def _command_request(self, op: str, fields: dict[str, Any], timeout: float | None) -> Message:
+        seconds = self._config.command_timeout_s if timeout is None else timeout
+        if seconds <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        return {"op": op, **fields, "timeout": seconds, "cap": self._config.output_limit_bytes}
+
+    def _write_request(self, path: str, content: bytes | str) -> Message:
+        data = content.encode() if isinstance(content, str) else content
+        return {
+            "op": "write",
+            "path": self._map_path(path),
+            "data": base64.b64encode(data).decode(),
+        }
+
+    def _read_request(self, path: str) -> Message:
+        return {
+            "op": "read",
+            "path": self._map_path(path),
+            "max_bytes": self._config.max_file_bytes,
+        }
+
+    def _exec(self, op: str, fields: dict[str, Any], timeout: float | None) -> ExecResult:
+        request = self._command_request(op, fields, timeout)
+        start = time.perf_counter()
+        reply = self._call(request, request["timeout"])
+        return self._exec_result(request, reply, time.perf_counter() - start)
+
+    async def _aexec(self, op: str, fields: dict[str, Any], timeout: float | None) -> ExecResult:
+        request = self._command_request(op, fields, timeout)
+        start = time.perf_counter()
+        reply = await self._acall(request, request["timeout"])
+        return self._exec_result(request, reply, time.perf_counter() - start)
+
+    def _call_timed(self, op: str, request: Message, timeout: float) -> Message:
+        start = time.perf_counter()
+        reply = self._call(request, timeout)
+        self._metrics.observe(m.ROUND_TRIP, time.perf_counter() - start, {"op": op})
+        return reply
+
+    async def _acall_timed(self, op: str, request: Message, timeout: float) -> Message:
+        start = time.perf_counter()
+        reply = await self._acall(request, timeout)
+        self._metrics.observe(m.ROUND_TRIP, time.perf_counter() - start, {"op": op})
+        return reply
+
+    def _call(self, request: Message, timeout: float) -> Message:
+        self._check_usable()
+        try:
+            reply = self._client.call(request, timeout + self._config.host_grace_s)
+        except TransportError as exc:
+            raise self._died(exc) from exc
+        return self._check_reply(reply)
+
+    async def _acall(self, request: Message, timeout: float) -> Message:
+        self._check_usable()
+        try:
+            reply = await self._client.acall(request, timeout + self._config.host_grace_s)
+        except TransportError as exc:
+            raise self._died(exc) from exc
+        return self._check_reply(reply)
+
+    def _check_usable(self) -> None:
+        if self._state is SandboxState.DEAD:
+            raise SandboxDied(f"sandbox {self._id} died earlier ({self.death_reason})")
+        if self._state is SandboxState.CLOSED:
+            raise SandboxStateError(f"sandbox {self._id} is closed")
+
+    def _died(self, exc: TransportError) -> SandboxDied:
+        self.mark_dead("unresponsive")
+        return SandboxDied(f"sandbox {self._id} stopped answering: {exc}")
+
+    def _check_reply(self, reply: Message) -> Message:
+        if reply.get("ok"):
+            return reply
+        kind, message = reply.get("error"), str(reply.get("message"))
+        if kind == "file":
+            raise SandboxFileError(message)
+        if kind == "reset_failed":
+            self.mark_dead("reset_failed")
+            raise SandboxDied(f"sandbox {self._id} could not be reset: {message}")
+        raise SandboxError(f"sandbox {self._id} refused a request ({kind}): {message}")
+
+    def _exec_result(self, request: Message, reply: Message, round_trip_s: float) -> ExecResult:
+        op = request["op"]
+        result = ExecResult(
+            stdout=reply["stdout"],
+            stderr=reply["stderr"],
+            exit_code=reply["exit_code"],
+            duration_s=reply["duration_s"],
+            round_trip_s=round_trip_s,
+            truncated=reply["truncated"],
+        )
+        labels = {"op": op}
+        self._metrics.observe(m.ROUND_TRIP, round_trip_s, labels)
+        self._metrics.observe(m.COMMAND, result.duration_s, labels)
+        if result.truncated:
+            self._metrics.increment(m.TRUNCATED, labels)
+        if reply["oom"]:
+            self.mark_dead("oom")
+            raise SandboxOOM(
+                f"sandbox {self._id}: the {op} call was killed for using too much memory"
+            )
+        if reply["timed_out"]:
+            self.timeouts += 1
+            self._metrics.increment(m.TIMEOUTS, labels)
+            raise SandboxTimeout(f"{op} call killed at its {request['timeout']} s timeout", result)
+        return result
+
+    def _finish_reset(self, reply: Message, start: float) -> None:
+        self.timeouts = 0
+        self._metrics.observe(m.RESET, time.perf_counter() - start)

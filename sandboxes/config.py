@@ -1,0 +1,108 @@
+"""Typed, validated-once configuration of a box and of a pool of them.
+
+``SandboxConfig`` is one box: its image, its hardening and limits, and the defaults of
+every call. Hardened by default (network none, all capabilities dropped,
+no-new-privileges, read-only root with tmpfs work dirs, memory/CPU/pids limits, a
+non-root user, an init); a network is only ever there when ``network="bridge"`` is
+asked for. An environment adjusts its box with ``with_overrides(...)``, validated
+again. ``PoolConfig`` is the pool: its size, waits, runtime folder and a ``SandboxConfig``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .base import TMP_DIR, WORK_DIR
+
+# A unix socket path must fit in 108 bytes; the pool adds "/<pool>/<box>/executor.sock".
+MAX_RUNTIME_DIR_LENGTH = 60
+
+
+def default_runtime_dir() -> str:
+    """A short host folder for the boxes' sockets: ``/tmp/rollgym-sbx-<uid>``."""
+    return f"/tmp/rollgym-sbx-{os.getuid()}"
+
+
+class SandboxConfig(BaseModel):
+    """One box. Sizes in MiB, times in seconds, output and file caps in bytes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str = "rollgym/sandbox-python:latest"
+    network: Literal["none", "bridge"] = Field(
+        "none", description="'bridge' gives the box a network; ask for it only when needed"
+    )
+    memory_mb: int = Field(512, ge=32, description="memory limit (no swap on top)")
+    cpus: float = Field(1.0, gt=0, le=64)
+    pids_limit: int = Field(128, ge=16, description="processes and threads in the box")
+    uid: int = Field(1000, ge=1, description="the non-root user commands run as")
+    gid: int = Field(1000, ge=1)
+    work_dir_mb: int = Field(256, ge=1, description=f"tmpfs size of {WORK_DIR}")
+    tmp_dir_mb: int = Field(256, ge=1, description=f"tmpfs size of {TMP_DIR}")
+    shm_mb: int = Field(64, ge=1, description="size of /dev/shm")
+    environment: dict[str, str] = Field(default_factory=dict)
+    command_timeout_s: float = Field(30.0, gt=0, description="default per-call timeout")
+    output_limit_bytes: int = Field(1 << 16, ge=1, description="cap per stream per call")
+    max_file_bytes: int = Field(16 << 20, ge=1, description="largest file read_file returns")
+    python_grace_s: float = Field(
+        0.5, gt=0, description="a timed-out Python call's time to obey SIGINT before a kill"
+    )
+    host_grace_s: float = Field(
+        5.0, gt=0, description="how long past a command's timeout the host waits for an answer"
+    )
+    start_timeout_s: float = Field(60.0, gt=0, description="create + start + first answer")
+    reset_timeout_s: float = Field(10.0, gt=0)
+
+    @field_validator("environment")
+    @classmethod
+    def _no_reserved_variables(cls, env: dict[str, str]) -> dict[str, str]:
+        reserved = {"HOME", "TMPDIR", "PATH"} & env.keys()
+        if reserved:
+            raise ValueError(f"{sorted(reserved)} are set by the sandbox; remove them")
+        return env
+
+    def with_overrides(self, **changes: Any) -> SandboxConfig:
+        """A validated copy with ``changes`` (an environment's own needs)."""
+        return SandboxConfig.model_validate({**self.model_dump(), **changes})
+
+
+class PoolConfig(BaseModel):
+    """A warm pool of ``size`` boxes built from ``box``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    size: int = Field(4, ge=1, le=1024, description="boxes kept warm; also the most in use")
+    acquire_timeout_s: float = Field(60.0, gt=0, description="default wait for a free box")
+    start_parallelism: int = Field(8, ge=1, le=64, description="boxes started at once")
+    recycle_after_timeout: bool = Field(
+        True, description="retire a box whose command timed out instead of resetting it"
+    )
+    health_interval_s: float = Field(
+        10.0, ge=0, description="how often idle boxes are pinged; 0 turns it off"
+    )
+    runtime_dir: str = Field(default_factory=default_runtime_dir)
+    labels: dict[str, str] = Field(default_factory=dict, description="extra container labels")
+    box: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    @field_validator("runtime_dir")
+    @classmethod
+    def _short_absolute_path(cls, path: str) -> str:
+        if not os.path.isabs(path):
+            raise ValueError(f"runtime_dir must be absolute, got {path!r}")
+        if len(path) > MAX_RUNTIME_DIR_LENGTH:
+            raise ValueError(
+                f"runtime_dir {path!r} is {len(path)} characters; unix socket paths must fit "
+                f"in 108 bytes, so keep it under {MAX_RUNTIME_DIR_LENGTH}"
+            )
+        return path
+
+    @field_validator("labels")
+    @classmethod
+    def _no_reserved_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        reserved = [key for key in labels if key.startswith("rollgym.")]
+        if reserved:
+            raise ValueError(f"labels {reserved} use the reserved 'rollgym.' prefix")
+        return labels

@@ -1,0 +1,212 @@
+"""The fake sandbox and fake pool: the executor as a host process, the real pool logic."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from sandboxes.base import (
+    PoolTimeout,
+    Sandbox,
+    SandboxDied,
+    SandboxFileError,
+    SandboxPool,
+    SandboxState,
+    SandboxStateError,
+    SandboxTimeout,
+)
+from sandboxes.config import PoolConfig, SandboxConfig
+from sandboxes.fake import FakeSandbox, FakeSandboxPool
+from sandboxes.metrics import MetricsRecorder
+
+
+@pytest.fixture
+def box():
+    with FakeSandbox(SandboxConfig(output_limit_bytes=1000)) as sandbox:
+        yield sandbox
+
+
+def test_implements_the_protocols(box) -> None:
+    assert isinstance(box, Sandbox)
+    pool = FakeSandboxPool()
+    assert isinstance(pool, SandboxPool)
+    pool.close()
+
+
+def test_shell_reports_output_exit_code_and_starts_in_work_dir(box) -> None:
+    result = box.run_shell('echo out; echo err >&2; test "$PWD" = "$HOME" && exit 3')
+    assert (result.stdout, result.stderr, result.exit_code) == ("out\n", "err\n", 3)
+    assert not result.ok and not result.truncated
+    assert 0 < result.duration_s <= result.round_trip_s
+
+
+def test_python_namespace_persists_and_shows_the_last_expression(box) -> None:
+    assert box.run_python("x = 20").stdout == ""
+    assert box.run_python("x * 2 + 2").stdout == "42\n"
+    assert box.run_python("print('a'); _ + 1").stdout == "a\n43\n"
+    failed = box.run_python("1 / 0")
+    assert failed.exit_code == 1 and "ZeroDivisionError" in failed.stderr
+    assert box.run_python("raise SystemExit(4)").exit_code == 4
+    assert box.run_python("x").stdout == "20\n"
+
+
+def test_files_map_box_paths_onto_the_private_folder(box) -> None:
+    box.write_file("/work/sub/a.txt", "hello")
+    box.write_file("/tmp/b.bin", b"\x00\xff")
+    assert box.read_file("sub/a.txt") == b"hello"
+    assert box.read_file("/tmp/b.bin") == b"\x00\xff"
+    assert box.run_shell("cat sub/a.txt; ls $TMPDIR").stdout == "hellob.bin\n"
+    assert (box.work_dir / "sub" / "a.txt").read_text() == "hello"
+    with pytest.raises(SandboxFileError, match="only maps"):
+        box.write_file("/etc/evil", "x")
+    with pytest.raises(SandboxFileError, match="only maps"):
+        box.read_file("../../etc/passwd")
+    with pytest.raises(SandboxFileError):
+        box.read_file("missing.txt")
+
+
+def test_timeout_kills_the_group_and_the_box_stays_usable(box) -> None:
+    with pytest.raises(SandboxTimeout) as caught:
+        box.run_shell("echo started; sleep 31 & sleep 31", timeout=0.3)
+    assert caught.value.result is not None and caught.value.result.stdout == "started\n"
+    assert box.run_shell("pgrep -f 'slee[p] 31' || echo none").stdout == "none\n"
+    box.run_python("kept = 1")
+    with pytest.raises(SandboxTimeout):
+        box.run_python("while True: pass", timeout=0.3)
+    assert box.run_python("kept").stdout == "1\n"
+    assert box.state is SandboxState.READY and box.timeouts == 2
+
+
+def test_output_is_capped_and_marked_truncated(box) -> None:
+    result = box.run_shell("head -c 5000 /dev/zero | tr '\\0' a")
+    assert result.truncated and result.stdout == "a" * 1000
+    assert box.run_python("print('b' * 5000)").truncated
+
+
+def test_reset_wipes_files_processes_and_namespace(box) -> None:
+    box.write_file("/work/.hidden", "x")
+    box.write_file("/tmp/t", "x")
+    box.run_shell("sleep 300 >/dev/null 2>&1 &")
+    box.run_python("secret = 1")
+    box.reset()
+    assert list(box.work_dir.iterdir()) == [] and list(box.tmp_dir.iterdir()) == []
+    assert box.run_shell("pgrep -f 'slee[p] 300' || echo none").stdout == "none\n"
+    assert "NameError" in box.run_python("secret").stderr
+
+
+def test_a_killed_box_raises_died(box) -> None:
+    box.kill()
+    with pytest.raises(SandboxDied):
+        box.run_shell("echo hi")
+    assert box.state is SandboxState.DEAD
+    with pytest.raises(SandboxDied, match="died earlier"):
+        box.run_python("1")
+
+
+async def test_async_calls_do_not_block_the_loop(box) -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    result = await box.arun_shell("sleep 0.3; echo done")
+    task.cancel()
+    assert result.stdout == "done\n"
+    assert ticks >= 10  # the loop kept running while the command slept
+    await box.awrite_file("f", "x")
+    assert await box.aread_file("/work/f") == b"x"
+    assert (await box.arun_python("2 ** 10")).stdout == "1024\n"
+    await box.areset()
+    assert (await box.arun_shell("ls")).stdout == ""
+
+
+def test_pool_hands_out_reset_boxes_and_refuses_stale_handles() -> None:
+    metrics = MetricsRecorder()
+    with FakeSandboxPool(PoolConfig(size=1, health_interval_s=0), metrics=metrics) as pool:
+        with pool.sandbox() as first:
+            first.write_file("note", "x")
+            first.run_python("y = 1")
+        with pytest.raises(SandboxStateError, match="released"):
+            first.run_shell("echo")
+        with pool.sandbox() as second:
+            assert second.id == first.id
+            assert second.run_shell("ls").stdout == ""
+            assert "NameError" in second.run_python("y").stderr
+            with pytest.raises(PoolTimeout):
+                pool.acquire(timeout=0.1)
+    snapshot = metrics.snapshot()
+    assert snapshot["sandbox_reset_seconds"].count == 2
+    assert snapshot["sandbox_pool_wait_seconds"].count == 2
+
+
+def test_pool_replaces_a_dead_box_and_recycles_after_a_timeout() -> None:
+    with FakeSandboxPool(PoolConfig(size=1, health_interval_s=0)) as pool:
+        with pool.sandbox() as lease:
+            dead_id = lease.id
+            lease._live().kill()
+        with pool.sandbox(timeout=30) as lease:
+            assert lease.id != dead_id
+            timed_out_id = lease.id
+            with pytest.raises(SandboxTimeout):
+                lease.run_shell("sleep 5", timeout=0.1)
+        with pool.sandbox(timeout=30) as lease:
+            assert lease.id != timed_out_id
+            assert lease.run_shell("echo ok").stdout == "ok\n"
+
+
+async def test_async_waiters_are_served_in_turn() -> None:
+    async with FakeSandboxPool(PoolConfig(size=2, health_interval_s=0)) as pool:
+
+        async def episode(i: int) -> str:
+            async with pool.asandbox(timeout=30) as sandbox:
+                return (await sandbox.arun_python(f"{i} * 2")).stdout
+
+        results = await asyncio.gather(*(episode(i) for i in range(6)))
+        assert results == [f"{i * 2}\n" for i in range(6)]
+        assert pool.status().ready == 2
+        lease = await pool.aacquire()
+        lease2 = await pool.aacquire()
+        with pytest.raises(PoolTimeout):
+            await pool.aacquire(timeout=0.1)
+        await pool.arelease(lease)
+        await pool.arelease(lease2)
+
+
+def test_close_fails_waiters_and_stops_every_box() -> None:
+    pool = FakeSandboxPool(PoolConfig(size=1, health_interval_s=0))
+    pool.start()
+    lease = pool.acquire()
+    box_root = lease._live().root
+    pool.close()
+    assert not box_root.exists()
+    with pytest.raises(SandboxStateError):
+        pool.acquire()
+    pool.release(lease)  # a late release after close is harmless
+
+
+def test_sweep_removes_folders_of_dead_owners(tmp_path, monkeypatch) -> None:
+    import tempfile
+
+    from sandboxes.fake import HostProcessProvider
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "rollgym-fake-999999999-abc"
+    alive = tmp_path / f"rollgym-fake-{os.getpid()}-abc"
+    dead.mkdir()
+    alive.mkdir()
+    assert HostProcessProvider(SandboxConfig()).sweep() == 1
+    assert not dead.exists() and alive.exists()
+
+
+def test_acquire_wait_is_bounded_by_its_timeout() -> None:
+    with FakeSandboxPool(PoolConfig(size=1, health_interval_s=0)) as pool:
+        lease = pool.acquire()
+        with pytest.raises(PoolTimeout, match=r"within 0\.2 s"):
+            pool.acquire(timeout=0.2)
+        pool.release(lease)
