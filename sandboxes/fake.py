@@ -159,6 +159,9 @@ class HostProcessProvider:
         self.config = config
         self.metrics = metrics
 
+    def open(self) -> None:
+        pass
+
     def start_box(self) -> ExecutorSandbox:
         return FakeSandbox(self.config, metrics=self.metrics)
 

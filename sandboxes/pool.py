@@ -98,6 +98,7 @@ class WarmPool:
                 raise SandboxStateError(f"the pool is {self._state.value}; start it once")
             self._state = PoolState.OPEN
         try:
+            self._provider.open()
             self._provider.sweep()
             for _ in range(self.config.size):
                 self._spawn()

@@ -13,6 +13,10 @@ from .box import ExecutorSandbox
 
 
 class BoxProvider(Protocol):
+    def open(self) -> None:
+        """Connect and prepare (host folders, engine); the pool calls it once, first."""
+        ...
+
     def start_box(self) -> ExecutorSandbox:
         """Create and start a box, and return it once its executor answers."""
         ...

@@ -1,0 +1,272 @@
+"""``DockerProvider``: hardened containers, each running the executor, for a ``WarmPool``.
+
+A box is a container started from ``SandboxConfig`` (network none, cap-drop ALL,
+no-new-privileges, read-only root, tmpfs ``/work`` and ``/tmp``, memory/CPU/pids limits,
+a non-root user, ``--init``) whose main process is the executor. The host reaches it
+through a unix socket in a per-box folder bind-mounted at ``/run/rollgym``: no network and
+no ``docker exec`` on the per-call path. The executor's code is a read-only bind mount of
+a copy made in the pool's runtime folder, so the runtime folder is the only host path the
+Docker engine must see (keep it the same path for this process and the engine when the
+pool itself runs in a container).
+
+Every container is labelled (``rollgym.sandbox``, ``rollgym.pool``, ``rollgym.owner``);
+``sweep`` removes containers and folders whose owning process is gone, and ``close``
+removes everything of this pool. Docker SDK errors are translated to ``SandboxError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import requests
+from docker.models.containers import Container
+from docker.types import LogConfig, Mount
+
+from .. import agent
+from ..base import TMP_DIR, WORK_DIR, SandboxError
+from ..box import ExecutorSandbox
+from ..config import PoolConfig, SandboxConfig
+from ..metrics import MetricsSink
+from .owner import Owner
+
+LABEL = "rollgym.sandbox"
+LABEL_POOL = "rollgym.pool"
+LABEL_OWNER = "rollgym.owner"
+BOX_RUNTIME_DIR = "/run/rollgym"
+BOX_AGENT_DIR = "/opt/rollgym/agent"
+SOCKET_NAME = "executor.sock"
+OWNER_FILE = "owner"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STATUS_CHECK_INTERVAL_S = 0.1
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def docker_errors(action: str) -> Iterator[None]:
+    """Translate the Docker SDK's errors (and its HTTP layer's) into ``SandboxError``."""
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise SandboxError(
+            f"{action}: image not found ({exc.explanation}); run scripts/setup.sh to build "
+            "the sandbox images, or set SandboxConfig.image"
+        ) from exc
+    except docker.errors.DockerException as exc:
+        raise SandboxError(f"{action}: {exc}") from exc
+    except requests.RequestException as exc:
+        raise SandboxError(f"{action}: the Docker engine does not answer ({exc})") from exc
+
+
+def container_spec(config: SandboxConfig, box_dir: Path, agent_dir: Path) -> dict[str, Any]:
+    """Keyword arguments of ``containers.run`` for one hardened box."""
+    user = f"{config.uid}:{config.gid}"
+    command = [
+        "python3", "-B", "-m", "agent.executor",
+        "--socket", f"{BOX_RUNTIME_DIR}/{SOCKET_NAME}",
+        "--work-dir", WORK_DIR,
+        "--wipe", WORK_DIR, "--wipe", TMP_DIR, "--wipe", "/dev/shm",
+        "--python-grace", str(config.python_grace_s),
+        "--contained",
+    ]  # fmt: skip
+    tmpfs_opts = "rw,exec,nosuid,nodev"
+    return {
+        "image": config.image,
+        "command": command,
+        "working_dir": str(Path(BOX_AGENT_DIR).parent),
+        "user": user,
+        "environment": {
+            "HOME": WORK_DIR,
+            "TMPDIR": TMP_DIR,
+            "PATH": PATH,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **config.environment,
+        },
+        "network_mode": config.network,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": {
+            WORK_DIR: f"{tmpfs_opts},size={config.work_dir_mb}m,uid={config.uid},gid={config.gid},mode=0755",
+            TMP_DIR: f"{tmpfs_opts},size={config.tmp_dir_mb}m,mode=1777",
+        },
+        "shm_size": f"{config.shm_mb}m",
+        "mem_limit": f"{config.memory_mb}m",
+        "memswap_limit": f"{config.memory_mb}m",  # the same figure: no swap on top
+        "nano_cpus": int(config.cpus * 1e9),
+        "pids_limit": config.pids_limit,
+        "init": True,
+        "mounts": [
+            Mount(BOX_RUNTIME_DIR, str(box_dir), type="bind"),
+            Mount(BOX_AGENT_DIR, str(agent_dir), type="bind", read_only=True),
+        ],
+        "log_config": LogConfig(type="json-file", config={"max-size": "1m"}),
+    }
+
+
+class DockerProvider:
+    """Starts and stops the containers of one pool. Thread-safe."""
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        *,
+        metrics: MetricsSink | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        self.config = config
+        self.pool_id = uuid.uuid4().hex[:8]
+        self.owner = Owner.me()
+        self.runtime_dir = Path(config.runtime_dir) / self.pool_id
+        self._metrics = metrics
+        self._client = client
+        self._own_client = client is None
+        self._names = itertools.count()
+        self._lock = threading.Lock()
+        self._containers: dict[str, tuple[Container, Path]] = {}
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            raise SandboxError("the provider is not open")
+        return self._client
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            **self.config.labels,
+            LABEL: "1",
+            LABEL_POOL: self.pool_id,
+            LABEL_OWNER: self.owner.encode(),
+        }
+
+    def open(self) -> None:
+        with docker_errors("connecting to the Docker engine"):
+            if self._client is None:
+                self._client = docker.from_env()
+            self._client.ping()
+        self.runtime_dir.mkdir(parents=True, mode=0o700)
+        (self.runtime_dir / OWNER_FILE).write_text(self.owner.encode())
+        agent_dir = self.runtime_dir / "agent"
+        agent_dir.mkdir()
+        for source in Path(agent.__file__).parent.glob("*.py"):
+            shutil.copyfile(source, agent_dir / source.name)
+        for path in (agent_dir, *agent_dir.iterdir()):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        self.runtime_dir.chmod(0o711)  # the box user only ever enters its own folder
+
+    def start_box(self) -> ExecutorSandbox:
+        box_id = f"{self.pool_id}-{next(self._names):03d}"
+        box_dir = self.runtime_dir / box_id
+        box_dir.mkdir()
+        box_dir.chmod(0o777)  # the box's user (another uid) creates the socket here
+        spec = container_spec(self.config.box, box_dir, self.runtime_dir / "agent")
+        try:
+            with docker_errors(f"starting sandbox {box_id}"):
+                container = self.client.containers.run(
+                    name=f"rollgym-sbx-{box_id}", labels=self.labels, detach=True, **spec
+                )
+        except SandboxError:
+            shutil.rmtree(box_dir, ignore_errors=True)
+            raise
+        with self._lock:
+            self._containers[box_id] = (container, box_dir)
+        try:
+            socket_path = box_dir / SOCKET_NAME
+            self._wait_for_socket(container, socket_path)
+            box = ExecutorSandbox(box_id, str(socket_path), self.config.box, metrics=self._metrics)
+            box.ping()
+        except BaseException:
+            self._remove(box_id)
+            raise
+        return box
+
+    def _wait_for_socket(self, container: Container, socket_path: Path) -> None:
+        start = time.monotonic()
+        deadline = start + self.config.box.start_timeout_s
+        next_check = start + STATUS_CHECK_INTERVAL_S
+        while not socket_path.exists():
+            now = time.monotonic()
+            if now > deadline:
+                raise SandboxError(
+                    f"sandbox executor did not listen within {deadline - start:.0f} s"
+                )
+            if now > next_check:
+                next_check = now + STATUS_CHECK_INTERVAL_S
+                with docker_errors("checking a starting sandbox"):
+                    container.reload()
+                    if container.status not in ("created", "running"):
+                        logs = container.logs(tail=20).decode(errors="replace")
+                        raise SandboxError(
+                            f"sandbox exited while starting ({container.status}): {logs}"
+                        )
+            time.sleep(0.002)
+
+    def stop_box(self, box: ExecutorSandbox) -> None:
+        box.close()
+        self._remove(box.id)
+
+    def _remove(self, box_id: str) -> None:
+        with self._lock:
+            container, box_dir = self._containers.pop(box_id, (None, None))
+        if container is not None:
+            _remove_container(container)
+        if box_dir is not None:
+            shutil.rmtree(box_dir, ignore_errors=True)
+
+    def sweep(self) -> int:
+        """Remove containers and runtime folders whose owning process died."""
+        with docker_errors("listing sandbox containers"):
+            leftovers = self.client.containers.list(all=True, filters={"label": LABEL})
+        removed = 0
+        for container in leftovers:
+            owner = Owner.decode(container.labels.get(LABEL_OWNER, ""))
+            if owner is not None and owner.is_gone():
+                _remove_container(container)
+                removed += 1
+        for folder in self.runtime_dir.parent.iterdir():
+            owner_file = folder / OWNER_FILE
+            if folder.is_dir() and owner_file.is_file():
+                owner = Owner.decode(owner_file.read_text())
+                if owner is not None and owner.is_gone():
+                    shutil.rmtree(folder, ignore_errors=True)
+        if removed:
+            logger.info("swept %d sandbox containers of dead owners", removed)
+        return removed
+
+    def close(self) -> None:
+        with self._lock:
+            box_ids = list(self._containers)
+        for box_id in box_ids:
+            self._remove(box_id)
+        if self._client is not None:
+            try:  # a last look, for a box whose start was cut short
+                with docker_errors("listing this pool's containers"):
+                    filters = {"label": f"{LABEL_POOL}={self.pool_id}"}
+                    for container in self.client.containers.list(all=True, filters=filters):
+                        _remove_container(container)
+            except SandboxError as exc:
+                logger.warning("could not check for leftover containers: %s", exc)
+            if self._own_client:
+                self._client.close()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+
+def _remove_container(container: Container) -> None:
+    try:
+        with docker_errors(f"removing container {container.name}"):
+            container.remove(force=True)
+    except SandboxError as exc:
+        if "No such container" not in str(exc) and "is already in progress" not in str(exc):
+            logger.warning("%s", exc)
