@@ -1,0 +1,96 @@
+"""GuessNumber policies and demonstrations for SFT warm-start.
+
+``GuessPolicy(low, high)`` is the oracle: binary search over the range the feedback so far
+leaves open. With ``noise > 0`` each guess is, with that probability, a random number from
+the open range instead of its midpoint: still valid play (never a guess the feedback has
+ruled out), just slower, so there is room for RL to improve on it.
+
+``demonstrations(n, seed=0, noise=0.0)`` plays ``n`` episodes of the real env with that
+policy and returns each whole conversation (opening messages, then the assistant's guess
+and the env's feedback for every turn)::
+
+    >>> convs = demonstrations(2, seed=0)
+    >>> [m["role"] for m in convs[0]][:4]
+    ['system', 'user', 'assistant', 'user']
+    >>> convs[0][-1]["content"]
+    'Correct!'
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import gymnasium
+
+from envs.guess_number import FEEDBACK, parse_guess
+from envs.messages import Message, assistant
+
+GUESS_NUMBER_ID = "rollgym/GuessNumber-v0"
+_HIGHER, _LOWER = FEEDBACK["higher"], FEEDBACK["lower"]
+
+
+class GuessPolicy:
+    """Binary search over the still-open range; ``noise`` of the guesses random within it."""
+
+    def __init__(
+        self, low: int = 1, high: int = 16, *, noise: float = 0.0, seed: int | None = None
+    ):
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(f"noise must be in [0, 1], got {noise}")
+        self.low, self.high, self.noise = low, high, noise
+        self._rng = random.Random(seed)
+
+    def open_range(self, history: Sequence[Message]) -> tuple[int, int]:
+        """The range the conversation's feedback leaves open."""
+        low, high, guess = self.low, self.high, None
+        for message in history:
+            if message["role"] == "assistant":
+                guess = parse_guess(message["content"], self.low, self.high)
+            elif guess is not None and message["content"] == _HIGHER:
+                low = max(low, guess + 1)
+            elif guess is not None and message["content"] == _LOWER:
+                high = min(high, guess - 1)
+        return low, high
+
+    def __call__(self, history: Sequence[Message]) -> str:
+        """The next message (a number) given the conversation so far."""
+        low, high = self.open_range(history)
+        if high < low:  # feedback contradicts itself: no valid guess is left
+            raise ValueError(f"no number is consistent with the feedback ({low}..{high})")
+        if self.noise and self._rng.random() < self.noise:
+            return str(self._rng.randint(low, high))
+        return str((low + high) // 2)
+
+
+def demonstrations(
+    n: int,
+    *,
+    seed: int = 0,
+    noise: float = 0.0,
+    low: int = 1,
+    high: int = 16,
+    max_turns: int = 6,
+) -> list[list[Message]]:
+    """``n`` whole GuessNumber conversations played by ``GuessPolicy(noise=noise)``.
+
+    Episode ``i`` is reset with seed ``seed + i``, so the set is reproducible. With noise,
+    some episodes may run out of turns; they are kept (valid, unsuccessful play).
+    """
+    policy = GuessPolicy(low, high, noise=noise, seed=seed)
+    env = gymnasium.make(GUESS_NUMBER_ID, low=low, high=high, max_episode_steps=max_turns)
+    conversations = []
+    try:
+        for i in range(n):
+            observation, _ = env.reset(seed=seed + i)
+            history = list(observation)
+            done = False
+            while not done:
+                action = policy(history)
+                observation, _, terminated, truncated, _ = env.step(action)
+                history += [assistant(action), *observation]
+                done = terminated or truncated
+            conversations.append(history)
+    finally:
+        env.close()
+    return conversations

@@ -1,0 +1,141 @@
+"""GuessNumber: find a hidden integer with higher/lower feedback. No sandbox.
+
+The default task of the built-in RL demo, sized for a ~3M-parameter model on a CPU: a small
+range (1..16 by default, binary search needs at most 5 guesses), a short turn limit (6,
+from the registration's ``max_episode_steps``) and short messages::
+
+    system     Guess my number from 1 to 16. Reply with one number.
+    user       Guess a number from 1 to 16.
+    assistant  8
+    user       Higher.
+    assistant  12
+    user       Correct!
+
+A message must hold exactly one integer (ASCII digits) in the range; anything else is
+rejected with feedback and costs ``invalid_penalty``. Finding the number pays
+``1 - turn_cost * (turns - 1)``; running out of turns pays nothing (``truncated``).
+
+Task ids are ``"guess-<target>"``; ``reset(options={"task_id": "guess-7"})`` picks one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Literal
+
+from envs.core import ChatEnv, Clock, Opening, Turn
+from envs.errors import ActionError, TaskNotFound
+from envs.messages import system, user
+
+Verdict = Literal["higher", "lower", "correct", "invalid"]
+FEEDBACK: dict[Verdict, str] = {"higher": "Higher.", "lower": "Lower.", "correct": "Correct!"}
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+@dataclasses.dataclass(frozen=True)
+class GuessStep:
+    """One guess and the env's verdict (``"invalid"`` for a rejected message)."""
+
+    guess: int | None
+    verdict: Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class GuessEpisode:
+    """The episode as the terminal reward sees it."""
+
+    found: bool
+    turns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GuessStepReward:
+    """``-invalid_penalty`` for a rejected message, else 0."""
+
+    invalid_penalty: float = 0.1
+
+    def __call__(self, step: GuessStep) -> float:
+        return -self.invalid_penalty if step.verdict == "invalid" else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class GuessTerminalReward:
+    """``1 - turn_cost * (turns - 1)`` when the number was found, else 0."""
+
+    turn_cost: float = 0.05
+
+    def __call__(self, episode: GuessEpisode) -> float:
+        return 1.0 - self.turn_cost * (episode.turns - 1) if episode.found else 0.0
+
+
+def parse_guess(text: str, low: int, high: int) -> int:
+    """The one integer in ``text`` if it lies in ``[low, high]``; else ``ActionError``."""
+    numbers = _INTEGER.findall(text)
+    if len(numbers) != 1:
+        how = "no number" if not numbers else f"{len(numbers)} numbers"
+        raise ActionError(f"Reply with exactly one number from {low} to {high} (got {how}).")
+    digits = numbers[0]
+    if len(digits.lstrip("-")) > 18 or not low <= int(digits) <= high:
+        raise ActionError(f"Out of range: pick a number from {low} to {high}.")
+    return int(digits)
+
+
+class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
+    """Find a hidden number in ``[low, high]``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        low: int = 1,
+        high: int = 16,
+        step_reward: GuessStepReward | None = None,
+        terminal_reward: GuessTerminalReward | None = None,
+        clock: Clock | None = None,
+    ):
+        if low > high:
+            raise ValueError(f"low ({low}) must be <= high ({high})")
+        super().__init__(
+            step_reward=step_reward or GuessStepReward(),
+            terminal_reward=terminal_reward or GuessTerminalReward(),
+            max_action_chars=4_000,
+            clock=clock,
+        )
+        self.low, self.high = low, high
+        self._target = low
+        self._found = False
+
+    def task_ids(self) -> list[str]:
+        return [f"guess-{n}" for n in range(self.low, self.high + 1)]
+
+    def _open(self, options: dict[str, Any]) -> Opening:
+        if "task_id" in options:
+            if options["task_id"] not in self.task_ids():
+                raise TaskNotFound(f"no task {options['task_id']!r} in {self.low}..{self.high}")
+            self._target = int(str(options["task_id"]).removeprefix("guess-"))
+        else:
+            self._target = int(self.np_random.integers(self.low, self.high + 1))
+        self._found = False
+        span = f"from {self.low} to {self.high}"
+        return Opening(
+            task_id=f"guess-{self._target}",
+            messages=(
+                system(f"Guess my number {span}. Reply with one number."),
+                user(f"Guess a number {span}."),
+            ),
+        )
+
+    def _turn(self, action: str) -> Turn[GuessStep]:
+        guess = parse_guess(action, self.low, self.high)
+        verdict: Verdict
+        if guess == self._target:
+            verdict, self._found = "correct", True
+        else:
+            verdict = "higher" if guess < self._target else "lower"
+        return Turn((user(FEEDBACK[verdict]),), GuessStep(guess, verdict), terminated=self._found)
+
+    def _rejected(self, error: str) -> GuessStep:
+        return GuessStep(None, "invalid")
+
+    def _episode(self) -> GuessEpisode:
+        return GuessEpisode(found=self._found, turns=self.turns)

@@ -1,0 +1,137 @@
+"""Sandbox programs: env logic written once, run with sync or async sandbox I/O.
+
+An env's turn is a generator that *yields* sandbox calls and receives their results
+(the "sans-I/O" style): the same code then runs under ``step`` (``run``, blocking calls)
+and under ``astep`` (``arun``, awaited ``a*`` calls, never blocking the loop)::
+
+    def turn(action: str) -> Program[str]:
+        result = yield from shell(f"echo {action}")
+        return result.stdout
+
+A ``SandboxError`` from a call is thrown into the generator at the ``yield``, so the env
+can catch what is the agent's doing (``SandboxTimeout``) and let the rest propagate.
+Time spent in calls is added to a ``Meter``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar, cast
+
+from sandboxes.base import ExecResult, Sandbox, SandboxError
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunShell:
+    command: str
+    timeout: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPython:
+    code: str
+    timeout: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteFile:
+    path: str
+    content: bytes | str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadFile:
+    path: str
+
+
+SandboxCall = RunShell | RunPython | WriteFile | ReadFile
+Program = Generator[SandboxCall, Any, T]
+
+
+def shell(command: str, timeout: float | None = None) -> Program[ExecResult]:
+    return cast(ExecResult, (yield RunShell(command, timeout)))
+
+
+def python(code: str, timeout: float | None = None) -> Program[ExecResult]:
+    return cast(ExecResult, (yield RunPython(code, timeout)))
+
+
+def write_file(path: str, content: bytes | str) -> Program[None]:
+    yield WriteFile(path, content)
+
+
+def read_file(path: str) -> Program[bytes]:
+    return cast(bytes, (yield ReadFile(path)))
+
+
+class Meter:
+    """Sums the seconds spent in sandbox calls."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.seconds = 0.0
+
+
+def run(program: Program[T], box: Sandbox, meter: Meter) -> T:
+    """Run ``program`` against ``box`` with blocking calls."""
+    reply: Any = None
+    error: SandboxError | None = None
+    while True:
+        try:
+            call = program.throw(error) if error else program.send(reply)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+        reply, error = None, None
+        started = meter.clock()
+        try:
+            reply = _perform(call, box)
+        except SandboxError as exc:
+            error = exc
+        finally:
+            meter.seconds += meter.clock() - started
+
+
+async def arun(program: Program[T], box: Sandbox, meter: Meter) -> T:
+    """Run ``program`` against ``box`` with awaited calls."""
+    reply: Any = None
+    error: SandboxError | None = None
+    while True:
+        try:
+            call = program.throw(error) if error else program.send(reply)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+        reply, error = None, None
+        started = meter.clock()
+        try:
+            reply = await _aperform(call, box)
+        except SandboxError as exc:
+            error = exc
+        finally:
+            meter.seconds += meter.clock() - started
+
+
+def _perform(call: SandboxCall, box: Sandbox) -> Any:
+    match call:
+        case RunShell(command, timeout):
+            return box.run_shell(command, timeout=timeout)
+        case RunPython(code, timeout):
+            return box.run_python(code, timeout=timeout)
+        case WriteFile(path, content):
+            return box.write_file(path, content)
+        case ReadFile(path):
+            return box.read_file(path)
+
+
+async def _aperform(call: SandboxCall, box: Sandbox) -> Any:
+    match call:
+        case RunShell(command, timeout):
+            return await box.arun_shell(command, timeout=timeout)
+        case RunPython(code, timeout):
+            return await box.arun_python(code, timeout=timeout)
+        case WriteFile(path, content):
+            return await box.awrite_file(path, content)
+        case ReadFile(path):
+            return await box.aread_file(path)

@@ -1,0 +1,38 @@
+"""The reference environments in Gymnasium's registry, under the ``rollgym/`` namespace.
+
+String entry points (nothing is imported until an env is made) and ``max_episode_steps``,
+so that ``gymnasium.make`` adds ``TimeLimit``: a turn limit is ``truncated``, never
+``terminated``. Override per make: ``gymnasium.make(id, max_episode_steps=10)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    env_id: str
+    entry_point: str
+    max_episode_steps: int
+
+
+BUILTIN: tuple[Registration, ...] = (
+    Registration("rollgym/GuessNumber-v0", "envs.guess_number:GuessNumberEnv", 6),
+    Registration("rollgym/PythonTests-v0", "envs.python_tests:PythonTestsEnv", 4),
+    Registration("rollgym/Shell-v0", "envs.shell:ShellEnv", 10),
+    Registration("rollgym/ToolUse-v0", "envs.tool_use:ToolUseEnv", 8),
+)
+
+
+def register_builtin() -> None:
+    """Register the reference envs (idempotent)."""
+    for entry in BUILTIN:
+        if entry.env_id not in gymnasium.registry:
+            gymnasium.register(
+                id=entry.env_id,
+                entry_point=entry.entry_point,
+                max_episode_steps=entry.max_episode_steps,
+            )

@@ -1,0 +1,175 @@
+"""``SandboxEnv``: a ``ChatEnv`` whose turns run in a sandbox from a pool.
+
+A subclass writes its logic as programs (``envs.programs``) instead of ``_open``/``_turn``::
+
+    _open_program(options) -> Program[Opening]     set the task up in the box
+    _turn_program(action)  -> Program[Turn]         act in the box
+
+and the base runs them with blocking calls under ``step`` and awaited calls under
+``astep``. Box life: each ``reset`` releases the previous box to the pool (which resets or
+replaces it) and acquires a fresh one; ``close`` releases it. Pass a pool with
+``gymnasium.make(id, sandbox_pool=pool)``; without one the env creates a small Docker pool
+on its first reset, owns it and closes it on ``close``.
+
+Failure kinds: ``agent_command`` turns the agent's own command running past its timeout,
+or running out of memory while the box survives, into feedback (a task failure). Every
+other ``SandboxError`` (box died, OOM that took the box, pool timeout, a setup or checker
+call timing out) reaches ``ChatEnv`` and is an infrastructure failure.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from envs.core import ChatEnv, Clock, EpisodeT, Opening, StepT, Turn
+from envs.messages import clean_text, clip_text
+from envs.programs import Program, RunPython, RunShell, arun, run
+from sandboxes.base import (
+    ExecResult,
+    Sandbox,
+    SandboxOOM,
+    SandboxPool,
+    SandboxState,
+    SandboxTimeout,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRun:
+    """The agent's command: its result, or why it has none (timeout, out of memory)."""
+
+    result: ExecResult | None
+    problem: str | None = None
+
+    def describe(self, limit: int) -> str:
+        """The feedback text for the agent, at most about ``limit`` characters."""
+        if self.result is None:
+            return self.problem or "The command produced no result."
+        return describe_result(self.result, limit)
+
+
+def describe_result(result: ExecResult, limit: int) -> str:
+    """Exit code, stdout and stderr, cleaned of binary bytes and cut to ``limit``."""
+    parts = [f"exit code {result.exit_code}"]
+    streams = [
+        (name, text)
+        for name, text in (("stdout", result.stdout), ("stderr", result.stderr))
+        if text
+    ]
+    for name, text in streams:
+        parts.append(f"{name}:\n{clip_text(clean_text(text), max(limit // len(streams), 80))}")
+    if result.truncated:
+        parts.append("(output was cut at the sandbox's limit)")
+    return "\n".join(parts)
+
+
+class SandboxEnv(ChatEnv[StepT, EpisodeT]):
+    """Base of envs that run in a sandbox; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        step_reward: Callable[[StepT], float],
+        terminal_reward: Callable[[EpisodeT], float] | None = None,
+        sandbox_pool: SandboxPool | None = None,
+        acquire_timeout_s: float = 120.0,
+        command_timeout_s: float = 10.0,
+        max_feedback_chars: int = 2_000,
+        max_action_chars: int = 32_000,
+        clock: Clock | None = None,
+    ):
+        super().__init__(
+            step_reward=step_reward,
+            terminal_reward=terminal_reward,
+            max_action_chars=max_action_chars,
+            clock=clock,
+        )
+        self._pool = sandbox_pool
+        self._owns_pool = sandbox_pool is None
+        self._box: Sandbox | None = None
+        self.acquire_timeout_s = acquire_timeout_s
+        self.command_timeout_s = command_timeout_s
+        self.max_feedback_chars = max_feedback_chars
+
+    # --- hooks for subclasses -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _open_program(self, options: dict[str, Any]) -> Program[Opening]: ...
+
+    @abc.abstractmethod
+    def _turn_program(self, action: str) -> Program[Turn[StepT]]: ...
+
+    def agent_command(self, call: RunShell | RunPython) -> Program[AgentRun]:
+        """Run the agent's own command; its timeout or OOM (box alive) is the agent's doing."""
+        try:
+            return AgentRun(result=(yield call))
+        except SandboxTimeout as exc:
+            seconds = call.timeout or self.command_timeout_s
+            problem = f"The command timed out after {seconds:g} s and was killed."
+            if exc.result is not None and (exc.result.stdout or exc.result.stderr):
+                problem += "\n" + describe_result(exc.result, self.max_feedback_chars)
+            return AgentRun(result=None, problem=problem)
+        except SandboxOOM:
+            if self._box is None or self._box.state is SandboxState.DEAD:
+                raise
+            return AgentRun(result=None, problem="The command ran out of memory and was killed.")
+
+    # --- ChatEnv hooks --------------------------------------------------------------------
+
+    def _open(self, options: dict[str, Any]) -> Opening:
+        if self._box is not None:
+            box, self._box = self._box, None
+            self._sandbox_pool().release(box)
+        self._box = self._sandbox_pool().acquire(timeout=self.acquire_timeout_s)
+        return run(self._open_program(options), self._box, self._meter)
+
+    async def _aopen(self, options: dict[str, Any]) -> Opening:
+        if self._box is not None:
+            box, self._box = self._box, None
+            await (await self._asandbox_pool()).arelease(box)
+        self._box = await (await self._asandbox_pool()).aacquire(timeout=self.acquire_timeout_s)
+        return await arun(self._open_program(options), self._box, self._meter)
+
+    def _turn(self, action: str) -> Turn[StepT]:
+        assert self._box is not None, "ChatEnv only steps a running episode"
+        return run(self._turn_program(action), self._box, self._meter)
+
+    async def _aturn(self, action: str) -> Turn[StepT]:
+        assert self._box is not None, "ChatEnv only steps a running episode"
+        return await arun(self._turn_program(action), self._box, self._meter)
+
+    def close(self) -> None:
+        """Release the box; close the pool if this env made it. Safe to call twice."""
+        try:
+            if self._box is not None and self._pool is not None:
+                box, self._box = self._box, None
+                self._pool.release(box)
+        finally:
+            if self._owns_pool and self._pool is not None:
+                pool, self._pool = self._pool, None
+                pool.close()
+            super().close()
+
+    def _sandbox_pool(self) -> SandboxPool:
+        if self._pool is None:
+            self._pool = default_pool()
+        return self._pool
+
+    async def _asandbox_pool(self) -> SandboxPool:
+        if self._pool is None:
+            self._pool = await asyncio.to_thread(default_pool)
+        return self._pool
+
+
+def default_pool() -> SandboxPool:
+    """A small Docker pool for an env made without ``sandbox_pool`` (one warm box)."""
+    from sandboxes.config import PoolConfig
+    from sandboxes.docker import DockerSandboxPool  # Docker only when it is needed
+
+    pool = DockerSandboxPool(PoolConfig(size=1))
+    pool.start()
+    return pool
