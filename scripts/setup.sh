@@ -165,8 +165,10 @@ setup_sandbox_images() { # sandboxes/images/<name>/Dockerfile -> rollgym/sandbox
     tag="rollgym/sandbox-$name:$( (docker image inspect -f '{{.Id}}' "$BASE_IMAGE"; tar -C "$dir" -cf - --sort=name --mtime=@0 --owner=0 --group=0 .) | sha256sum | cut -c1-12)"
     if ! image_exists "$tag"; then
       log "image: building $tag"
-      DOCKER_BUILDKIT=0 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$tag" "$dir" >/dev/null \
-        || die "docker build of $dir failed"
+      local out
+      out=$(DOCKER_BUILDKIT=0 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$tag" "$dir" 2>&1) \
+        || die "docker build of $dir failed:
+$out"
     fi
     docker tag "$tag" "rollgym/sandbox-$name:latest"
   done
