@@ -1,0 +1,125 @@
+"""The HTTP client: typed calls, and every failure translated into trainer.errors."""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+import pytest
+import torch
+from test_trainer_fakes import FakeServer, random_group
+
+from server.wire import PullRequest, RolloutJob
+from trainer.client import ServerClient
+from trainer.config import ClientConfig
+from trainer.errors import (
+    AuthError,
+    ProtocolError,
+    ServerError,
+    ServerUnavailable,
+    TrainerError,
+    VersionConflict,
+)
+from trainer.weights import WeightPusher, weights_bytes
+
+
+def test_pull_and_ack_round_trip() -> None:
+    fake = FakeServer(producer=None)
+    groups = [random_group(0, 4, random.Random(i)) for i in range(3)]
+    fake.add(*groups)
+    with fake.client() as client:
+        answer = client.pull(PullRequest(trainer_version=0, max_staleness=1, num_groups=2))
+        assert [g.group_id for g in answer.groups] == [g.group_id for g in groups[:2]]
+        assert answer.lease_id is not None
+        assert client.ack([g.group_id for g in answer.groups]) == 2
+    assert fake.acked == {groups[0].group_id, groups[1].group_id}
+
+
+def test_rollout_job_calls() -> None:
+    fake = FakeServer()
+    job = RolloutJob(env_id="rollgym/GuessNumber-v0", group_size=4, max_staleness=0)
+    with fake.client() as client:
+        assert client.start_rollouts(job).job == job
+        assert client.rollouts().running
+        assert not client.stop_rollouts().running
+
+
+def test_weight_push_bumps_the_version_and_refuses_a_wrong_expectation() -> None:
+    fake = FakeServer(version=3)
+    model = torch.nn.Linear(4, 2)
+    with fake.client() as client:
+        pusher = WeightPusher(client, version=client.policy_version())
+        sync = pusher.push(model)
+        assert sync.policy_version == 4 == fake.version == pusher.version
+        assert sync.bytes == len(weights_bytes(model))
+        torch.testing.assert_close(fake.weights[-1]["weight"], model.weight.detach())
+        with pytest.raises(VersionConflict) as conflict:
+            client.push_weights(weights_bytes(model), expected_version=3)
+        assert conflict.value.status == 409 and "at 4" in conflict.value.message
+    assert fake.version == 4  # the refused update changed nothing
+
+
+def test_tied_weights_are_sent_once() -> None:
+    model = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8, bias=False))
+    model[1].weight = model[0].weight
+    from safetensors.torch import load
+
+    assert set(load(weights_bytes(model))) == {"0.weight"}
+
+
+@pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 403)])
+def test_admin_token_errors_are_auth_errors(token, status) -> None:
+    with FakeServer().client(token=token) as client, pytest.raises(AuthError) as error:
+        client.ack(["x"])
+    assert error.value.status == status
+
+
+def _mock(handler) -> ServerClient:
+    http = httpx.Client(base_url="http://mock", transport=httpx.MockTransport(handler))
+    return ServerClient(ClientConfig(url="http://mock", admin_token="t"), http=http)
+
+
+def test_unreachable_server_is_server_unavailable() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with _mock(refuse) as client, pytest.raises(ServerUnavailable):
+        client.policy_version()
+    assert issubclass(ServerUnavailable, ConnectionError)
+
+
+def test_wait_until_ready_gives_up_after_its_deadline() -> None:
+    calls = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise httpx.ConnectError("refused", request=request)
+
+    with _mock(refuse) as client, pytest.raises(ServerUnavailable):
+        client.wait_until_ready(0.05, poll_s=0.01)
+    assert len(calls) >= 2
+
+
+def test_answers_off_the_wire_schema_are_protocol_errors() -> None:
+    garbage = _mock(lambda r: httpx.Response(200, json={"groups": "nope"}))
+    with garbage as client, pytest.raises(ProtocolError, match="PullResponse"):
+        client.pull(PullRequest(trainer_version=0, max_staleness=0, num_groups=1))
+    with (
+        _mock(lambda r: httpx.Response(200, text="not json")) as client,
+        pytest.raises(ProtocolError),
+    ):
+        client.policy_version()
+
+
+def test_error_bodies_become_server_errors_with_code_and_message() -> None:
+    body = {"error": "bad_request", "message": "num_groups too large"}
+    with (
+        _mock(lambda r: httpx.Response(422, json=body)) as client,
+        pytest.raises(ServerError) as error,
+    ):
+        client.pull(PullRequest(trainer_version=0, max_staleness=0, num_groups=1))
+    assert (error.value.status, error.value.code) == (422, "bad_request")
+    assert "num_groups too large" in str(error.value)
+    boom = _mock(lambda r: httpx.Response(500, text="boom"))
+    with boom as client, pytest.raises(TrainerError, match="500 http_error"):
+        client.rollouts()

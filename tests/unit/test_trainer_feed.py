@@ -1,0 +1,85 @@
+"""The group feed (TRL's rollout_func): window, drops counted and released, starvation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_trainer_fakes import FakeServer, random_group
+
+from trainer.config import TrainerConfig
+from trainer.errors import StarvedError
+from trainer.feed import GroupFeed
+from trainer.ledger import DataLedger
+from trainer.progress import RunProgress
+
+
+def _feed(fake: FakeServer, tmp_path, *, version: int, **config) -> GroupFeed:
+    cfg = TrainerConfig(output_dir=tmp_path, group_size=4, groups_per_batch=2, **config)
+    return GroupFeed(fake.client(), cfg, DataLedger(), RunProgress(), version=lambda: version)
+
+
+def test_feed_returns_a_trl_batch_of_fresh_groups(tmp_path) -> None:
+    fake = FakeServer(version=5)
+    feed = _feed(fake, tmp_path, version=5, max_staleness=1)
+    output = feed(["p"] * 8)
+    assert len(output["completion_ids"]) == 8
+    assert feed.ledger.groups_trained == 2
+    assert feed.ledger.pending == fake.handed_out
+    assert feed.progress._batch.rewards  # the step's rewards are being recorded
+
+
+def test_stale_groups_are_dropped_and_counted_on_both_sides(tmp_path) -> None:
+    rng = random.Random(0)
+    fake = FakeServer(version=6, producer=None)
+    fake.add(random_group(2, 4, rng), random_group(5, 4, rng), random_group(6, 4, rng))
+    # The server drops what is stale for the version the trainer sent...
+    feed = _feed(fake, tmp_path, version=6, max_staleness=1)
+    groups = feed.next_groups(2)
+    assert [g.min_version for g in groups] == [5, 6]
+    assert feed.ledger.dropped.stale_server == 4
+
+    # ...and the trainer drops what became stale after the request left (here: a server
+    # that ignores the window), acks it so it is never re-delivered, and counts it.
+    fake.add(random_group(1, 4, rng), random_group(6, 4, rng))
+    original = fake._pull
+
+    def windowless(request):
+        return original(request.model_copy(update={"max_staleness": 10**6}))
+
+    fake._pull = windowless  # type: ignore[method-assign]
+    groups = feed.next_groups(1)
+    assert [g.min_version for g in groups] == [6]
+    assert feed.ledger.dropped.stale_trainer == 4
+    assert fake.handed_out[-2] in fake.acked  # the stale one, released
+
+
+def test_already_trained_groups_are_skipped_and_released(tmp_path) -> None:
+    rng = random.Random(1)
+    fake = FakeServer(version=1, producer=None)
+    first, second = random_group(1, 4, rng), random_group(1, 4, rng)
+    fake.add(first)
+    feed = _feed(fake, tmp_path, version=1)
+    feed.ledger.record_batch([first.group_id])  # trained before a crash, ack lost
+    fake.add(second)
+    assert feed.next_groups(1) == [second]
+    assert feed.ledger.dropped.already_trained == 4
+    assert first.group_id in fake.acked
+
+
+def test_wrong_group_size_is_malformed_not_trained(tmp_path) -> None:
+    rng = random.Random(2)
+    fake = FakeServer(version=0, producer=None)
+    fake.add(random_group(0, 3, rng), random_group(0, 4, rng))
+    feed = _feed(fake, tmp_path, version=0)
+    assert len(feed.next_groups(1)[0].trajectories) == 4
+    assert feed.ledger.dropped.malformed == 3
+
+
+def test_a_feed_with_nothing_to_pull_gives_up_after_the_stall_timeout(tmp_path) -> None:
+    fake = FakeServer(producer=None)
+    feed = _feed(fake, tmp_path, version=0, stall_timeout_s=0.05, pull_timeout_s=0.01)
+    with pytest.raises(StarvedError, match="rollout job"):
+        feed.next_groups(1)
+    assert len(fake.pull_requests) >= 2  # it kept long-polling until the stall timeout
+    assert all(r.num_groups == 1 and r.trainer_version == 0 for r in fake.pull_requests)

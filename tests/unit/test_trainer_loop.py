@@ -1,0 +1,201 @@
+"""The GRPO loop end to end against the fake server: TRL and the tiny default model, no engine.
+
+The real twin runs the same loop against the real server and vLLM engine:
+tests/e2e/test_trainer_e2e.py.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer_fakes import (
+    ENV_TOKENS,
+    GOOD_TOKEN,
+    FakeServer,
+    make_trajectory,
+    random_group,
+)
+from transformers import AutoModelForCausalLM
+
+from server.wire import TrajectoryGroup
+from trainer.checkpoint import latest_checkpoint, read_state
+from trainer.config import TrainerConfig
+from trainer.errors import ServerError
+from trainer.loop import train
+
+
+def _config(tmp_path: Path, **values) -> TrainerConfig:
+    defaults = dict(
+        output_dir=tmp_path / "run",
+        group_size=4,
+        groups_per_batch=2,
+        total_steps=3,
+        checkpoint_every=1,
+        keep_checkpoints=10,
+        learning_rate=1e-3,
+        pull_timeout_s=0.1,
+        stall_timeout_s=5.0,
+    )
+    return TrainerConfig(**{**defaults, **values})
+
+
+def _checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    return {name: p.detach() for name, p in model.named_parameters()}
+
+
+def test_every_step_pushes_new_weights_and_the_version_rises(tmp_path, default_model_dir) -> None:
+    fake = FakeServer(version=7)
+    config = _config(tmp_path, max_staleness=0)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+
+    assert result.steps == 3
+    # one push of the starting weights, then one per step; each bumps the version by one
+    assert len(fake.weights) == 4 and fake.version == 11 == result.policy_version
+    # synchronous mode: each pull asks for the version just pushed, staleness 0
+    assert [r.trainer_version for r in fake.pull_requests] == [8, 9, 10]
+    assert {r.max_staleness for r in fake.pull_requests} == {0}
+    first, last = fake.weights[0], fake.weights[-1]
+    assert first.keys() == last.keys()
+    assert any(not torch.equal(first[k], last[k]) for k in first)  # training changed them
+    # the server holds exactly the weights of the final checkpoint
+    final = _checkpoint_weights(latest_checkpoint(config.output_dir))
+    for name, tensor in final.items():
+        torch.testing.assert_close(fake.weights[-1][name], tensor)
+    # every trained group was acked after its checkpoint; nothing left leased
+    assert fake.acked == set(fake.handed_out) and not fake.leased
+    assert [r.step for r in result.records] == [1, 2, 3]
+    assert [r.policy_version for r in result.records] == [9, 10, 11]
+    assert result.records[-1].reward_mean == pytest.approx(0.5)  # the fake's reward mix
+
+
+def test_stale_groups_in_the_buffer_are_dropped_and_counted(tmp_path, default_model_dir) -> None:
+    fake = FakeServer(version=4)
+    rng = random.Random(3)
+    fake.add(random_group(1, 4, rng), random_group(2, 4, rng))  # from long-gone policies
+    config = _config(tmp_path, max_staleness=1, total_steps=1)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+    assert result.dropped.stale_server == 8
+    assert result.records[-1].dropped_total == 8
+    assert result.records[-1].version_lag_max <= 1
+
+
+def _same_batch_producer():
+    """Every pull gets the same two groups' tokens and rewards (fresh ids, current version)."""
+    firsts = [[GOOD_TOKEN, 40], [GOOD_TOKEN, 41], [50, 40], [51, 41]]
+
+    def produce(version: int, size: int) -> TrajectoryGroup:
+        group_id = uuid.uuid4().hex
+        trajectories = [
+            make_trajectory(group_id=group_id, version=version, first_turn=f) for f in firsts
+        ]
+        return TrajectoryGroup(group_id=group_id, env_id="fake", trajectories=trajectories)
+
+    return produce
+
+
+def _good_minus_bad_logprob(model_dir: Path) -> float:
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = torch.tensor([[1, 33, 44, 55, 66, GOOD_TOKEN], [1, 33, 44, 55, 66, 50]])
+    with torch.no_grad():
+        logps = model(ids[:, :-1]).logits[:, -1].log_softmax(-1)
+    return float(logps[0, GOOD_TOKEN] - logps[1, 50])
+
+
+def test_loss_falls_on_a_fixed_batch(tmp_path, default_model_dir) -> None:
+    fake = FakeServer(producer=_same_batch_producer())
+    config = _config(tmp_path, total_steps=6, learning_rate=3e-3, checkpoint_every=6)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+    losses = [r["loss"] for r in result.trl_logs if "loss" in r]
+    assert len(losses) == 6
+    assert losses[-1] < losses[0]
+    # ...because the policy moved toward the rewarded first token and away from the other
+    trained = latest_checkpoint(config.output_dir)
+    assert _good_minus_bad_logprob(trained) > _good_minus_bad_logprob(default_model_dir) + 0.5
+
+
+def test_trl_trains_on_model_tokens_with_the_behaviour_logprob_correction(
+    tmp_path, default_model_dir
+) -> None:
+    """What TRL builds from our batch: env tokens out of the loss, IS ratio in."""
+    fake = FakeServer()
+    config = _config(tmp_path, total_steps=1)
+    captured = {}
+
+    from trainer import grpo
+
+    original = grpo.ServerGRPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        output = original(self, inputs)
+        captured.update(output)
+        return output
+
+    grpo.ServerGRPOTrainer._generate_and_score_completions = spy  # type: ignore[method-assign]
+    try:
+        train(config, fake.client(), default_model_dir, printer=None)
+    finally:
+        grpo.ServerGRPOTrainer._generate_and_score_completions = original  # type: ignore[method-assign]
+
+    loss_mask = captured["completion_mask"] * captured["tool_mask"]
+    first_turn = 2  # the fake's episodes: 2 model tokens, 3 env tokens, 2 model tokens
+    env = slice(first_turn, first_turn + len(ENV_TOKENS))
+    assert loss_mask[:, env].sum() == 0
+    assert loss_mask[:, :first_turn].all() and loss_mask[:, env.stop : env.stop + 2].all()
+    ratio = captured["importance_sampling_ratio"]
+    assert ratio.shape == loss_mask.shape and not torch.allclose(ratio, torch.ones_like(ratio))
+    assert float(ratio.max()) <= config.importance_sampling_cap
+    # group-relative advantages: the fake's rewards are 1,1,0,0 per group -> +a,+a,-a,-a
+    advantages = captured["advantages"].view(-1, 4)
+    assert torch.all(advantages[:, :2] > 0) and torch.all(advantages[:, 2:] < 0)
+    torch.testing.assert_close(advantages.sum(dim=1), torch.zeros(2), atol=1e-4, rtol=0)
+
+
+def _trained_ids(output_dir: Path) -> list[str]:
+    """Every group id trained, from the checkpoints' ledgers (one checkpoint per step)."""
+    ids = []
+    for folder in sorted(output_dir.glob("checkpoint-*")):
+        ids.extend(read_state(folder).unacked_group_ids)
+    return ids
+
+
+def test_resume_restores_weights_and_version_and_trains_no_group_twice(
+    tmp_path, default_model_dir
+) -> None:
+    fake = FakeServer(version=0)
+
+    def config(steps: int) -> TrainerConfig:  # a wide window: re-sent groups stay fresh
+        return _config(tmp_path, total_steps=steps, max_staleness=3)
+
+    first = train(config(2), fake.client(), default_model_dir, printer=None)
+    assert first.steps == 2 and first.policy_version == 3
+
+    # Step 3 is checkpointed, then the process dies before the server sees the ack...
+    fake.acks_before_failure = 1  # the resumed ledger's ack at start goes through
+    with pytest.raises(ServerError, match="ack lost"):
+        train(config(3), fake.client(), default_model_dir, printer=None)
+    fake.acks_before_failure = None
+    checkpoint3 = latest_checkpoint(tmp_path / "run")
+    step3_groups = read_state(checkpoint3).unacked_group_ids
+    assert read_state(checkpoint3).step == 3 and not set(step3_groups) & fake.acked
+    # ...so its groups stay leased, and the server re-delivers them after the lease timeout.
+    fake.redeliver_leases()
+
+    version_before = fake.version
+    second = train(config(5), fake.client(), default_model_dir, printer=None)
+    assert second.resumed_from == checkpoint3
+    # the first push after the restart carries the checkpoint's weights, at the next version
+    restored = _checkpoint_weights(checkpoint3)
+    for name, tensor in restored.items():
+        torch.testing.assert_close(fake.weights[-3][name], tensor)  # pushes: resume, 4, 5
+    assert second.policy_version == version_before + 3 == fake.version
+    assert [r.step for r in second.records] == [1, 2, 3, 4, 5]
+    # the re-delivered step-3 groups were acked and skipped, not trained again
+    assert set(step3_groups) <= fake.acked
+    assert second.dropped.already_trained == len(step3_groups) * 4
+    trained = _trained_ids(tmp_path / "run")
+    assert len(trained) == len(set(trained)) == 5 * 2

@@ -1,0 +1,113 @@
+"""The trainer's duties around TRL's optimizer steps, as ``transformers`` callbacks.
+
+* ``StepCallback``: at train begin, push the starting (or resumed) weights, so the server
+  samples from exactly the trainer's weights, then let the caller start sampling; after
+  every optimizer step, in this order: account the compute time, push weights (every
+  ``push_every`` steps and at the last), close the step's progress record, print the table.
+* ``CheckpointLedgerCallback``: after TRL saved a checkpoint, write the data position and
+  policy version into it, then ack the groups it covers (see ``trainer.checkpoint``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from trainer.checkpoint import write_state
+from trainer.client import ServerClient
+from trainer.config import TrainerConfig
+from trainer.feed import GroupFeed
+from trainer.ledger import DataLedger
+from trainer.progress import RunProgress, StepLog
+from trainer.weights import WeightPusher
+
+
+class StepCallback(TrainerCallback):
+    """Weight pushes and progress around each optimizer step (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: TrainerConfig,
+        feed: GroupFeed,
+        pusher: WeightPusher,
+        progress: RunProgress,
+        step_log: StepLog,
+        on_ready: Callable[[], object] | None = None,
+        printer: Callable[[str], object] | None = print,
+    ) -> None:
+        self.config = config
+        self.feed = feed
+        self.pusher = pusher
+        self.progress = progress
+        self.step_log = step_log
+        self.on_ready = on_ready
+        self.printer = printer
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self._push(kw["model"])
+        if self.on_ready is not None:
+            self.on_ready()
+        self.feed.ready_at = time.time()
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self.progress.on_busy(self.feed.ready_at, time.time(), kind="train")
+        step = state.global_step
+        if step % self.config.push_every == 0 or step >= state.max_steps:
+            self._push(kw["model"])
+        record = self.progress.end_step(
+            step=step,
+            policy_version=self.pusher.version,
+            dropped_total=self.feed.ledger.dropped.total,
+        )
+        self.step_log.append(record)
+        if self.printer is not None:
+            self.printer(self.progress.render(total_steps=state.max_steps))
+
+    def on_log(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        logs = kw.get("logs") or {}
+        self.progress.on_trl_logs({k: v for k, v in logs.items() if isinstance(v, int | float)})
+
+    def _push(self, model: Any) -> None:
+        started = time.time()
+        self.pusher.push(model)
+        self.progress.on_busy(started, time.time(), kind="sync")
+
+
+class CheckpointLedgerCallback(TrainerCallback):
+    """Completes each TRL checkpoint with ``rollgym-state.json``, then acks its groups."""
+
+    def __init__(
+        self,
+        *,
+        client: ServerClient,
+        ledger: DataLedger,
+        pusher: WeightPusher,
+        progress: RunProgress,
+    ) -> None:
+        self.client = client
+        self.ledger = ledger
+        self.pusher = pusher
+        self.progress = progress
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        started = self.progress.steps[-1].at if self.progress.steps else time.time()
+        checkpoint_dir = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
+        snapshot = self.ledger.snapshot(step=state.global_step, policy_version=self.pusher.version)
+        write_state(checkpoint_dir, snapshot)
+        self.client.ack(snapshot.unacked_group_ids)
+        self.ledger.mark_acked(snapshot.unacked_group_ids)
+        # TRL saved just before this hook, so the span runs from the step's close.
+        self.progress.on_busy(started, time.time(), kind="checkpoint")

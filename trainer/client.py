@@ -1,0 +1,217 @@
+"""The trainer's HTTP client of the rollout server: the only way the trainer reaches it.
+
+Bodies are the pydantic models of ``server.wire``; httpx and validation errors are translated
+here into ``trainer.errors`` (see that module for the tree). The client is synchronous
+because TRL's training loop is.
+
+Example::
+
+    with ServerClient(ClientConfig(url="http://127.0.0.1:8000", admin_token="t")) as client:
+        version = client.policy_version()
+        answer = client.pull(PullRequest(trainer_version=version, max_staleness=1, num_groups=4))
+        client.ack([g.group_id for g in answer.groups])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from server.wire import (
+    AckRequest,
+    ErrorBody,
+    PolicyInfo,
+    PullRequest,
+    PullResponse,
+    RolloutJob,
+    RolloutStatus,
+    WeightUpdateResult,
+)
+from trainer.config import ClientConfig
+from trainer.errors import (
+    AuthError,
+    ProtocolError,
+    ServerError,
+    ServerUnavailable,
+    VersionConflict,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+# Seconds added to a long-poll's own wait before the HTTP request itself gives up.
+_LONG_POLL_MARGIN_S = 15.0
+
+
+class ServerClient:
+    """Typed calls to the server's agent and admin routes (see docs/http-api.md)."""
+
+    def __init__(self, config: ClientConfig, *, http: httpx.Client | None = None) -> None:
+        """``http`` replaces the real connection (tests pass a client over a fake app)."""
+        self.config = config
+        headers = {}
+        if config.admin_token is not None:
+            headers["Authorization"] = f"Bearer {config.admin_token.get_secret_value()}"
+        if http is None:
+            http = httpx.Client(base_url=config.url, timeout=config.request_timeout_s)
+        http.headers.update(headers)
+        self._http = http
+
+    def __enter__(self) -> ServerClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- agent-facing reads -------------------------------------------------------------
+
+    def policy_version(self) -> int:
+        """The version the server samples with now (``GET /health``)."""
+        body = self._json(self._send("GET", "/health"))
+        version = body.get("policy_version") if isinstance(body, dict) else None
+        if not isinstance(version, int):
+            raise ProtocolError(f"/health answered without an integer policy_version: {body!r}")
+        return version
+
+    def policy(self) -> PolicyInfo:
+        return self._model(PolicyInfo, self._send("GET", "/v1/policy"))
+
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of ``/metrics``."""
+        return self._send("GET", "/metrics").text
+
+    def wait_until_ready(self, timeout_s: float, *, poll_s: float = 0.25) -> int:
+        """Poll ``/health`` until the server answers; return its policy version."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.policy_version()
+            except ServerUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(poll_s)
+
+    # --- buffer -------------------------------------------------------------------------
+
+    def pull(self, request: PullRequest) -> PullResponse:
+        """Long-poll for complete groups inside the staleness window (leased until acked)."""
+        response = self._send(
+            "POST",
+            "/admin/buffer/pull",
+            json=request.model_dump(mode="json"),
+            timeout=request.timeout_s + _LONG_POLL_MARGIN_S,
+        )
+        return self._model(PullResponse, response)
+
+    def ack(self, group_ids: Sequence[str]) -> int:
+        """Confirm leased groups as consumed; idempotent. Returns how many the server acked."""
+        if not group_ids:
+            return 0
+        body = AckRequest(group_ids=list(group_ids)).model_dump(mode="json")
+        answer = self._json(self._send("POST", "/admin/buffer/ack", json=body))
+        acked = answer.get("acked") if isinstance(answer, dict) else None
+        if not isinstance(acked, int):
+            raise ProtocolError(
+                f"/admin/buffer/ack answered without an integer 'acked': {answer!r}"
+            )
+        return acked
+
+    # --- weights and rollout jobs -------------------------------------------------------
+
+    def push_weights(self, data: bytes, *, expected_version: int | None) -> WeightUpdateResult:
+        """Upload safetensors bytes; the server applies them and bumps its version by one.
+
+        With ``expected_version`` the server refuses (409, ``VersionConflict``) unless it is
+        at that version, so two writers can never interleave unnoticed.
+        """
+        headers = {"Content-Type": "application/octet-stream"}
+        if expected_version is not None:
+            headers["X-Expected-Version"] = str(expected_version)
+        response = self._send(
+            "POST",
+            "/admin/weights",
+            content=data,
+            headers=headers,
+            timeout=self.config.weights_timeout_s,
+        )
+        return self._model(WeightUpdateResult, response)
+
+    def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
+        """Start (or replace) the server's rollout job."""
+        response = self._send("POST", "/admin/rollouts", json=job.model_dump(mode="json"))
+        return self._model(RolloutStatus, response)
+
+    def rollouts(self) -> RolloutStatus:
+        return self._model(RolloutStatus, self._send("GET", "/admin/rollouts"))
+
+    def stop_rollouts(self) -> RolloutStatus:
+        return self._model(RolloutStatus, self._send("DELETE", "/admin/rollouts"))
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float | None = None,
+        **kwargs: object,
+    ) -> httpx.Response:
+        request = self._http.build_request(
+            method,
+            path,
+            timeout=timeout if timeout is not None else self.config.request_timeout_s,
+            **kwargs,  # type: ignore[arg-type]  # json/content/headers, checked by httpx
+        )
+        try:
+            response = self._http.send(request)
+        except httpx.TimeoutException as exc:
+            raise ServerUnavailable(f"{method} {path}: no answer in time ({exc})") from exc
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(f"{method} {path}: cannot reach the server ({exc})") from exc
+        if response.is_success:
+            return response
+        raise _error_from(response)
+
+    @staticmethod
+    def _json(response: httpx.Response) -> object:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ProtocolError(f"{response.request.url.path}: answer is not JSON") from exc
+
+    @staticmethod
+    def _model(model: type[M], response: httpx.Response) -> M:
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise ProtocolError(
+                f"{response.request.url.path}: answer does not fit {model.__name__}: {exc}"
+            ) from exc
+
+
+def _error_from(response: httpx.Response) -> ServerError:
+    """Translate a non-2xx answer (an ``ErrorBody``, or anything else) into a ``ServerError``."""
+    try:
+        body = ErrorBody.model_validate_json(response.content)
+        code, message = body.error, body.message
+    except ValidationError:
+        code, message = "http_error", response.text[:500]
+    status = response.status_code
+    if status in (401, 403):
+        return AuthError(status, code, message)
+    if status == 409:
+        return VersionConflict(status, code, message)
+    return ServerError(status, code, message)

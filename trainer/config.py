@@ -1,0 +1,114 @@
+"""Typed configuration for the trainer, validated once at construction.
+
+Two configs, one per component:
+
+* ``ClientConfig``: where the rollout server is and how to talk to it.
+* ``TrainerConfig``: the GRPO run: batch shape, staleness window, optimisation, weight pushes,
+  checkpoints. ``max_staleness`` picks the mode: ``0`` is synchronous (the trainer only
+  takes samples from the weights it has just pushed), ``>= 1`` is asynchronous (sampling
+  runs up to that many policy versions ahead of training).
+
+Example::
+
+    cfg = TrainerConfig(output_dir="runs/demo", group_size=8, groups_per_batch=4, max_staleness=1)
+    cfg.mode            # "async"
+    cfg.batch_size      # 32 trajectories per optimizer step
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from trainer.errors import TrainerConfigError
+
+C = TypeVar("C", bound=BaseModel)
+ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo"]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClientConfig(_Config):
+    """How to reach the rollout server's HTTP API."""
+
+    url: str = Field("http://127.0.0.1:8000", description="base URL of the rollout server")
+    admin_token: SecretStr | None = Field(None, description="bearer token for /admin routes")
+    request_timeout_s: float = Field(30.0, gt=0, description="timeout of ordinary calls")
+    weights_timeout_s: float = Field(300.0, gt=0, description="timeout of one weight upload")
+
+
+class TrainerConfig(_Config):
+    """One GRPO run against a rollout server; see the module docstring for the two modes."""
+
+    output_dir: Path = Field(description="checkpoints and logs of this run")
+    # --- batch shape and the staleness window
+    group_size: int = Field(8, ge=2, description="trajectories per task that GRPO compares")
+    groups_per_batch: int = Field(4, ge=1, description="groups per optimizer step")
+    max_staleness: int = Field(1, ge=0, description="0: synchronous; >= 1: asynchronous")
+    # --- optimisation (TRL's GRPO loss)
+    total_steps: int = Field(100, ge=1, description="optimizer steps of the whole run")
+    learning_rate: float = Field(2e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    loss_type: LossType = "dapo"
+    epsilon: float = Field(0.2, gt=0, description="PPO clip range (low side)")
+    epsilon_high: float = Field(0.28, gt=0, description="PPO clip range (high side)")
+    beta: float = Field(0.0, ge=0, description="KL weight to the start weights (0: no KL term)")
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature; must match the rollout job's"
+    )
+    importance_sampling: ImportanceSampling = Field(
+        "token_truncate", description="how the behaviour-logprob correction is applied"
+    )
+    importance_sampling_cap: float = Field(3.0, gt=1, description="upper bound of the IS ratio")
+    seed: int = 0
+    # --- weights, checkpoints, data
+    push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
+    checkpoint_every: int = Field(10, ge=1, description="checkpoint (and ack) every k steps")
+    keep_checkpoints: int = Field(
+        2, ge=2, description="checkpoints kept on disk (>= 2: one survives a crash mid-save)"
+    )
+    pull_timeout_s: float = Field(10.0, gt=0, le=600, description="one long-poll's wait")
+    stall_timeout_s: float = Field(600.0, gt=0, description="give up after this long starved")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainerConfig:
+        if self.max_staleness == 0 and self.push_every != 1:
+            raise ValueError(
+                "max_staleness=0 (synchronous) needs push_every=1: every step must push the weights "
+                "the next batch is sampled from; raise max_staleness or set push_every=1"
+            )
+        if self.checkpoint_every % self.push_every:
+            raise ValueError(
+                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of push_every "
+                f"({self.push_every}): a checkpoint stores weights the server has a version for"
+            )
+        if self.epsilon_high < self.epsilon:
+            raise ValueError("epsilon_high must be >= epsilon (the clip range's high side)")
+        return self
+
+    @property
+    def mode(self) -> Literal["sync", "async"]:
+        return "sync" if self.max_staleness == 0 else "async"
+
+    @property
+    def batch_size(self) -> int:
+        """Trajectories per optimizer step."""
+        return self.group_size * self.groups_per_batch
+
+
+def parse_config(cls: type[C], **values: object) -> C:
+    """Build ``cls`` from ``values``; a bad value raises ``TrainerConfigError`` naming the field."""
+    try:
+        return cls.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or cls.__name__}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise TrainerConfigError(f"invalid {cls.__name__}: {problems}") from None

@@ -1,0 +1,94 @@
+"""TRL's GRPO trainer, fed by the rollout server: the config mapping and a two-hook subclass.
+
+Training is TRL's: ``GRPOTrainer`` computes the group-relative advantages from the rewards,
+recomputes the policy's logprobs, and applies its clipped GRPO/DAPO loss with its
+importance-sampling correction from the behaviour logprobs the server recorded
+(``vllm_importance_sampling_correction``: ``exp(logp_train_at_step_start - logp_behaviour)``,
+truncated at ``importance_sampling_cap``). That ratio is what keeps asynchronous training
+sound: a sample from ``k`` versions ago is reweighted towards the current policy.
+
+Why TRL's ``GRPOTrainer`` and not ``trl.experimental.async_grpo.AsyncGRPOTrainer``: the
+latter forwards through a FlashAttention-3 tree-attention kernel fetched from the Hub and
+syncs weights over NCCL; neither exists on a CPU-only machine without network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from trainer.config import TrainerConfig
+
+PLACEHOLDER_PROMPT = "(tasks are chosen by the rollout server)"
+
+
+def grpo_args(config: TrainerConfig) -> GRPOConfig:
+    """TRL's ``GRPOConfig`` for ``config``: one pull, one optimizer step, one push."""
+    return GRPOConfig(
+        output_dir=str(config.output_dir),
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=config.group_size,
+        num_iterations=1,
+        max_steps=config.total_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        loss_type=config.loss_type,
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        beta=config.beta,
+        temperature=config.temperature,
+        scale_rewards="group",
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode=config.importance_sampling,
+        vllm_importance_sampling_clip_max=config.importance_sampling_cap,
+        save_strategy="steps",
+        save_steps=config.checkpoint_every,
+        save_total_limit=config.keep_checkpoints,
+        ignore_data_skip=True,
+        shuffle_dataset=False,
+        logging_steps=1,
+        report_to=[],
+        disable_tqdm=True,
+        seed=config.seed,
+        bf16=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+        model_init_kwargs={"dtype": "float32"},
+    )
+
+
+def placeholder_prompts(config: TrainerConfig) -> Dataset:
+    """TRL draws one prompt per group from a dataset; the server picks the real tasks."""
+    return Dataset.from_dict({"prompt": [PLACEHOLDER_PROMPT] * config.groups_per_batch})
+
+
+class ServerGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose samples come from ``rollout_func`` (the server) only.
+
+    Two hooks, because TRL ties its behaviour-logprob correction to its own vLLM client:
+
+    * the correction runs only when ``use_vllm`` is on, and ``GRPOConfig(use_vllm=True)``
+      makes TRL build a vLLM client that syncs weights over NCCL (CUDA only). So the trainer
+      is built with ``use_vllm=False`` and the flag is switched on afterwards: every
+      ``use_vllm`` branch left on the ``rollout_func`` path is the correction itself;
+    * ``_generate`` would then sync weights through that (absent) client before each rollout.
+      Weights reach our server over HTTP instead (``trainer.callbacks.StepCallback``), so the
+      override marks them as loaded.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.rollout_func is None:
+            raise ValueError("ServerGRPOTrainer needs rollout_func (the server's group feed)")
+        self.use_vllm = True
+        self._last_loaded_step = -1
+
+    def _generate(self, prompts: list[Any]) -> Any:
+        self._last_loaded_step = self.state.global_step  # pushed over HTTP, not by TRL
+        return super()._generate(prompts)

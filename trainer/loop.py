@@ -1,0 +1,113 @@
+"""``train``: one GRPO run against a rollout server, resumable from its last checkpoint.
+
+Wiring (each piece is its own module)::
+
+    ServerClient ── GroupFeed (TRL's rollout_func: pull, window, batch) ──> ServerGRPOTrainer
+         │                                                                    │ step
+         ├──── WeightPusher  <── StepCallback (push every k, progress) <──────┤
+         └──── ack           <── CheckpointLedgerCallback (after each save) <─┘
+
+On resume the latest complete checkpoint's model, optimizer and RNG come back through TRL
+(``resume_from_checkpoint``); its unacked groups are acked and will be skipped if they come
+again; the first thing the trainer does is push the restored weights, so the server samples
+from them before the first new step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from transformers import PrinterCallback
+
+from trainer.callbacks import CheckpointLedgerCallback, StepCallback
+from trainer.checkpoint import DropCounts, latest_checkpoint, read_state
+from trainer.client import ServerClient
+from trainer.config import TrainerConfig
+from trainer.feed import GroupFeed
+from trainer.grpo import ServerGRPOTrainer, grpo_args, placeholder_prompts
+from trainer.ledger import DataLedger
+from trainer.progress import RunProgress, StepLog, StepRecord
+from trainer.rewards import trajectory_return
+from trainer.weights import WeightPusher
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """How a ``train`` call ended."""
+
+    steps: int
+    policy_version: int
+    resumed_from: Path | None
+    records: list[StepRecord]  # every step of the run, earlier sessions included
+    dropped: DropCounts
+    groups_trained: int
+    stage_shares: dict[str, tuple[float, float]]  # this session: stage -> (busy s, waiting s)
+    trl_logs: list[dict[str, float]]  # TRL's per-step logs of this session (loss, IS ratio, ...)
+
+
+def train(
+    config: TrainerConfig,
+    client: ServerClient,
+    model: str | Path,
+    *,
+    resume: bool = True,
+    on_ready: Callable[[], object] | None = None,
+    printer: Callable[[str], object] | None = print,
+) -> TrainResult:
+    """Train ``model`` (a directory) with GRPO on the server's groups until ``total_steps``.
+
+    ``on_ready`` runs once the server holds the trainer's starting weights (e.g. to start
+    the rollout job); ``printer`` gets the progress table after every step.
+    """
+    checkpoint = latest_checkpoint(config.output_dir) if resume else None
+    resumed = read_state(checkpoint) if checkpoint else None
+    ledger = DataLedger(resumed)
+    if resumed is not None:
+        client.ack(resumed.unacked_group_ids)
+        ledger.mark_acked(resumed.unacked_group_ids)
+    step_log = StepLog(config.output_dir / "steps.jsonl")
+    step_log.truncate(up_to_step=resumed.step if resumed else 0)
+
+    pusher = WeightPusher(client, version=client.policy_version())
+    progress = RunProgress()
+    feed = GroupFeed(client, config, ledger, progress, version=lambda: pusher.version)
+    step_callback = StepCallback(
+        config=config,
+        feed=feed,
+        pusher=pusher,
+        progress=progress,
+        step_log=step_log,
+        on_ready=on_ready,
+        printer=printer,
+    )
+    ledger_callback = CheckpointLedgerCallback(
+        client=client, ledger=ledger, pusher=pusher, progress=progress
+    )
+    with warnings.catch_warnings():
+        # rollout_func is marked experimental; we pin TRL to 1.16.x where it is as documented.
+        warnings.filterwarnings("ignore", message=".*'rollout_func'.*", category=UserWarning)
+        grpo = ServerGRPOTrainer(
+            model=str(model),
+            reward_funcs=trajectory_return,
+            args=grpo_args(config),
+            train_dataset=placeholder_prompts(config),
+            rollout_func=feed,
+            callbacks=[step_callback, ledger_callback],
+        )
+    grpo.remove_callback(PrinterCallback)  # our table replaces TRL's per-step log dicts
+    grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+
+    shares = progress.stage_shares()
+    return TrainResult(
+        steps=grpo.state.global_step,
+        policy_version=pusher.version,
+        resumed_from=checkpoint,
+        records=step_log.read(),
+        dropped=ledger.dropped.model_copy(),
+        groups_trained=ledger.groups_trained,
+        stage_shares={k: (v.busy_s, v.waiting_s) for k, v in shares.items()},
+        trl_logs=list(grpo.state.log_history),
+    )

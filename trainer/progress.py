@@ -1,0 +1,225 @@
+"""Live progress of a run: per-step records, the four stages' shares, latencies, a table.
+
+``RunProgress`` is fed by the pieces of the loop (the group feed, the weight push, the
+checkpoint callback) and closes one ``StepRecord`` per optimizer step. ``render`` draws the
+table ``rollgym run`` prints; ``StepLog`` appends the records to ``steps.jsonl`` so that a
+resumed run's plot covers the steps before the interruption too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from server.wire import Trajectory, TrajectoryGroup
+from trainer.stages import STAGES, Stage, StageShare, StageTimeline
+from trainer.window import staleness
+
+_LATENCY_SAMPLES = 20_000
+
+
+def succeeded(trajectory: Trajectory) -> bool:
+    """An episode succeeds when the env ended it (``terminated``) with a positive return."""
+    return trajectory.valid and trajectory.terminated and trajectory.reward > 0
+
+
+class StepRecord(BaseModel):
+    """What one optimizer step consumed and cost (a line of ``steps.jsonl``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step: int
+    at: float
+    policy_version: int
+    trajectories: int
+    reward_mean: float
+    success_rate: float
+    version_lag_mean: float
+    version_lag_max: int
+    invalid: int
+    dropped_total: int
+    wait_s: float
+    train_s: float
+    sync_s: float
+
+
+@dataclasses.dataclass
+class _Batch:
+    rewards: list[float] = dataclasses.field(default_factory=list)
+    successes: int = 0
+    lags: list[int] = dataclasses.field(default_factory=list)
+    invalid: int = 0
+    wait_s: float = 0.0
+    train_s: float = 0.0
+    sync_s: float = 0.0
+
+
+class RunProgress:
+    """Collects the run's numbers; every hook takes wall-clock (``time.time``) instants."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.started_at = clock()
+        self.timeline = StageTimeline()
+        self.steps: list[StepRecord] = []
+        self.model_s: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+        self.env_s: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+        self.sync_s: list[float] = []
+        self.trl_logs: dict[str, float] = {}
+        self._batch = _Batch()
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    def on_wait(self, start: float, end: float) -> None:
+        """The trainer waited on the buffer (a pull that had to long-poll)."""
+        self._batch.wait_s += end - start
+
+    def on_groups(self, groups: Sequence[TrajectoryGroup], trainer_version: int) -> None:
+        """Groups accepted for the coming step, pulled now."""
+        pulled_at = self.clock()
+        batch = self._batch
+        for group in groups:
+            for trajectory in group.trajectories:
+                self.timeline.add_episode(trajectory, pulled_at)
+                batch.rewards.append(trajectory.reward)
+                batch.successes += succeeded(trajectory)
+                batch.lags.append(staleness(trainer_version, trajectory.min_version))
+                batch.invalid += not trajectory.valid
+                self.model_s.extend(turn.model_s for turn in trajectory.turns)
+                self.env_s.extend(turn.env_s for turn in trajectory.turns)
+
+    def on_busy(self, start: float, end: float, *, kind: str = "train") -> None:
+        """The trainer computed (``train``), pushed weights (``sync``) or checkpointed."""
+        self.timeline.add("training", start, end)
+        if kind == "train":
+            self._batch.train_s += end - start
+        elif kind == "sync":
+            self._batch.sync_s += end - start
+            self.sync_s.append(end - start)
+
+    def on_trl_logs(self, logs: dict[str, float]) -> None:
+        """TRL's own metrics of the last step (loss, importance-sampling ratio, entropy)."""
+        self.trl_logs = logs
+
+    def end_step(self, *, step: int, policy_version: int, dropped_total: int) -> StepRecord:
+        batch, self._batch = self._batch, _Batch()
+        n = len(batch.rewards)
+        record = StepRecord(
+            step=step,
+            at=self.clock(),
+            policy_version=policy_version,
+            trajectories=n,
+            reward_mean=statistics.fmean(batch.rewards) if n else 0.0,
+            success_rate=batch.successes / n if n else 0.0,
+            version_lag_mean=statistics.fmean(batch.lags) if batch.lags else 0.0,
+            version_lag_max=max(batch.lags, default=0),
+            invalid=batch.invalid,
+            dropped_total=dropped_total,
+            wait_s=batch.wait_s,
+            train_s=batch.train_s,
+            sync_s=batch.sync_s,
+        )
+        self.steps.append(record)
+        return record
+
+    # --- views ----------------------------------------------------------------------------
+
+    def stage_shares(self) -> dict[Stage, StageShare]:
+        """Busy and waiting time of the four stages since this session started."""
+        return self.timeline.shares(self.started_at, self.clock())
+
+    def render(self, *, total_steps: int) -> str:
+        """The live table: headline, the four stages, latencies (plain text)."""
+        last = self.steps[-1] if self.steps else None
+        elapsed = self.clock() - self.started_at
+        lines = [_headline(last, total_steps, elapsed)]
+        lines.append(f"  {'stage':<12}{'busy':>9}{'waiting':>10}{'busy %':>8}")
+        for stage, share in self.stage_shares().items():
+            lines.append(
+                f"  {stage:<12}{share.busy_s:>8.1f}s{share.waiting_s:>9.1f}s"
+                f"{100 * share.busy_share:>7.0f}%"
+            )
+        lines.append(f"  {'per turn':<12}{'p50':>9}{'p90':>10}")
+        for name, values in (("model", self.model_s), ("environment", self.env_s)):
+            p50, p90 = _percentiles(values)
+            lines.append(f"  {name:<12}{p50 * 1e3:>7.1f}ms{p90 * 1e3:>8.1f}ms")
+        if trl := _trl_line(self.trl_logs):
+            lines.append(trl)
+        if self.sync_s:
+            lines.append(
+                f"  weight sync  last {self.sync_s[-1] * 1e3:.0f}ms, "
+                f"mean {statistics.fmean(self.sync_s) * 1e3:.0f}ms over {len(self.sync_s)}"
+            )
+        return "\n".join(lines)
+
+
+def _headline(last: StepRecord | None, total_steps: int, elapsed: float) -> str:
+    clock = f"{int(elapsed // 60)}m{int(elapsed % 60):02d}s"
+    if last is None:
+        return f"step 0/{total_steps}  elapsed {clock}  (waiting for the first batch)"
+    return (
+        f"step {last.step}/{total_steps}  version {last.policy_version}  elapsed {clock}  "
+        f"reward {last.reward_mean:.2f}  success {100 * last.success_rate:.0f}%  "
+        f"lag {last.version_lag_mean:.1f} (max {last.version_lag_max})  "
+        f"dropped {last.dropped_total}  invalid {last.invalid}"
+    )
+
+
+_TRL_METRICS = (
+    ("loss", "loss"),
+    ("sampling/importance_sampling_ratio/mean", "IS ratio"),
+    ("entropy", "entropy"),
+    ("grad_norm", "grad norm"),
+)
+
+
+def _trl_line(logs: dict[str, float]) -> str:
+    shown = [f"{label} {logs[key]:.3g}" for key, label in _TRL_METRICS if key in logs]
+    return "  TRL: " + ", ".join(shown) if shown else ""
+
+
+def _percentiles(values: Sequence[float] | deque[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        only = values[0] if values else 0.0
+        return only, only
+    cuts = statistics.quantiles(values, n=10, method="inclusive")
+    return statistics.median(values), cuts[8]
+
+
+class StepLog:
+    """``steps.jsonl``: one ``StepRecord`` per line, cut back to a checkpoint on resume."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: StepRecord) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            handle.write(record.model_dump_json() + "\n")
+
+    def read(self, *, up_to_step: int | None = None) -> list[StepRecord]:
+        if not self.path.is_file():
+            return []
+        records = [
+            StepRecord.model_validate(json.loads(line))
+            for line in self.path.read_text().splitlines()
+            if line.strip()
+        ]
+        return [r for r in records if up_to_step is None or r.step <= up_to_step]
+
+    def truncate(self, *, up_to_step: int) -> list[StepRecord]:
+        """Keep the records of steps ``<= up_to_step`` (a resume rolls back to there)."""
+        kept = self.read(up_to_step=up_to_step)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("".join(r.model_dump_json() + "\n" for r in kept))
+        return kept
+
+
+__all__ = ["STAGES", "RunProgress", "StepLog", "StepRecord", "succeeded"]

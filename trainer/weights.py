@@ -1,0 +1,73 @@
+"""Weight push: the trainer's parameters, as safetensors bytes, to ``POST /admin/weights``.
+
+The upload carries ``X-Expected-Version: V``; the server applies the weights between engine
+steps, bumps its version to ``V + 1`` and answers with it. The pusher checks that answer,
+so the trainer knows which version its weights now have, and records how long the sync took.
+
+Parameters are taken from ``named_parameters()``, which lists a tied tensor (embedding and
+LM head) once, under the checkpoint name the server's loader expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+from safetensors.torch import save as safetensors_bytes
+
+from server.wire import WeightUpdateResult
+from trainer.client import ServerClient
+from trainer.errors import ProtocolError
+
+
+def weights_bytes(model: torch.nn.Module) -> bytes:
+    """The model's parameters as one safetensors blob (contiguous, on CPU, own dtype)."""
+    tensors = {
+        name: param.detach().to("cpu").contiguous() for name, param in model.named_parameters()
+    }
+    return safetensors_bytes(tensors)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSync:
+    """One completed push: the version the weights now have and what it cost."""
+
+    policy_version: int
+    bytes: int
+    serialize_s: float
+    sync_s: float  # upload, apply and answer: wall time
+    server: WeightUpdateResult
+
+
+class WeightPusher:
+    """Pushes weights and tracks the version they get; one pusher per trainer."""
+
+    def __init__(self, client: ServerClient, *, version: int) -> None:
+        """``version``: the server's version before the first push (from ``/health``)."""
+        self.client = client
+        self.version = version
+        self.history: list[WeightSync] = []
+
+    def push(self, model: torch.nn.Module) -> WeightSync:
+        """Upload ``model``'s weights; return once the server serves them as ``version + 1``."""
+        t0 = time.perf_counter()
+        data = weights_bytes(model)
+        t1 = time.perf_counter()
+        result = self.client.push_weights(data, expected_version=self.version)
+        t2 = time.perf_counter()
+        if result.policy_version != self.version + 1:
+            raise ProtocolError(
+                f"pushed at version {self.version}, server answered version "
+                f"{result.policy_version} (expected {self.version + 1})"
+            )
+        self.version = result.policy_version
+        sync = WeightSync(
+            policy_version=result.policy_version,
+            bytes=len(data),
+            serialize_s=t1 - t0,
+            sync_s=t2 - t1,
+            server=result,
+        )
+        self.history.append(sync)
+        return sync
