@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import gymnasium
 
+from envs.errors import ActionError
 from envs.guess_number import FEEDBACK, parse_guess
 from envs.messages import Message, assistant
 
@@ -46,7 +47,7 @@ class GuessPolicy:
         low, high, guess = self.low, self.high, None
         for message in history:
             if message["role"] == "assistant":
-                guess = parse_guess(message["content"], self.low, self.high)
+                guess = _guess_or_none(message["content"], self.low, self.high)
             elif guess is not None and message["content"] == _HIGHER:
                 low = max(low, guess + 1)
             elif guess is not None and message["content"] == _LOWER:
@@ -61,6 +62,14 @@ class GuessPolicy:
         if self.noise and self._rng.random() < self.noise:
             return str(self._rng.randint(low, high))
         return str((low + high) // 2)
+
+
+def _guess_or_none(text: str, low: int, high: int) -> int | None:
+    """The guess a message made, or None for a message the env rejected."""
+    try:
+        return parse_guess(text, low, high)
+    except ActionError:
+        return None
 
 
 def demonstrations(

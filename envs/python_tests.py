@@ -30,7 +30,7 @@ from envs.messages import clip_text, system, user
 from envs.parsing import extract_code
 from envs.programs import Program, RunShell, write_file
 from envs.sandboxed import SandboxEnv
-from envs.tasksets import PythonTask, checked, load_tasks, pick, shipped_tasks
+from envs.tasksets import PythonTask, choose, task_set
 from sandboxes.base import TMP_DIR, SandboxPool
 
 SYSTEM_PROMPT = (
@@ -100,17 +100,19 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
             command_timeout_s=command_timeout_s,
             clock=clock,
         )
-        self.tasks = _task_set(tasks, task_file)
+        self.tasks = task_set(PythonTask, tasks, task_file, "python_tests")
         self.test_timeout_s = test_timeout_s
         self._task = self.tasks[0]
         self._best = 0.0
         self._submissions = 0
 
+    @property
+    def task(self) -> PythonTask:
+        """The task of the current (or last) episode."""
+        return self._task
+
     def _open_program(self, options: dict[str, Any]) -> Program[Opening]:
-        if "task_id" in options:
-            self._task = pick(self.tasks, options["task_id"])
-        else:
-            self._task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._task = choose(self.tasks, options, self.np_random)
         self._best, self._submissions = 0.0, 0
         prompt = f"{self._task.prompt}\n\n```python\n{self._task.signature}\n```"
         yield from ()  # nothing to set up in the box: each submission brings its code
@@ -155,14 +157,6 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
 
     def _episode(self) -> TestsEpisode:
         return TestsEpisode(self._best, self._submissions)
-
-
-def _task_set(tasks: Sequence[PythonTask] | None, task_file: str | None) -> tuple[PythonTask, ...]:
-    if tasks is not None:
-        return checked(tasks)
-    if task_file is not None:
-        return load_tasks(PythonTask, task_file)
-    return shipped_tasks(PythonTask, "python_tests")
 
 
 def _parse_report(stdout: str, nonce: str) -> TestReport:

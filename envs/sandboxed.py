@@ -25,8 +25,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from gymnasium.envs.registration import EnvSpec
+
 from envs.core import ChatEnv, Clock, EpisodeT, Opening, StepT, Turn
 from envs.messages import clean_text, clip_text
+from envs.pool_handle import PoolHandle
 from envs.programs import Program, RunPython, RunShell, arun, run
 from sandboxes.base import (
     ExecResult,
@@ -69,6 +72,8 @@ def describe_result(result: ExecResult, limit: int) -> str:
 
 class SandboxEnv(ChatEnv[StepT, EpisodeT]):
     """Base of envs that run in a sandbox; see the module docstring."""
+
+    _spec: EnvSpec | None = None
 
     def __init__(
         self,
@@ -153,6 +158,20 @@ class SandboxEnv(ChatEnv[StepT, EpisodeT]):
                 pool, self._pool = self._pool, None
                 pool.close()
             super().close()
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        return self._spec
+
+    @spec.setter
+    def spec(self, spec: EnvSpec | None) -> None:
+        """Keep the pool in the spec behind a ``PoolHandle`` (see ``envs.pool_handle``)."""
+        pool = spec.kwargs.get("sandbox_pool") if spec is not None else None
+        if spec is not None and pool is not None:
+            spec = dataclasses.replace(
+                spec, kwargs={**spec.kwargs, "sandbox_pool": PoolHandle(pool)}
+            )
+        self._spec = spec
 
     def _sandbox_pool(self) -> SandboxPool:
         if self._pool is None:

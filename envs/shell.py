@@ -26,7 +26,7 @@ from envs.messages import clip_text, system, user
 from envs.parsing import extract_code
 from envs.programs import Program, RunShell, shell
 from envs.sandboxed import SandboxEnv, describe_result
-from envs.tasksets import ShellTask, checked, load_tasks, pick, shipped_tasks
+from envs.tasksets import ShellTask, choose, task_set
 from sandboxes.base import SandboxPool
 
 SYSTEM_PROMPT = (
@@ -92,20 +92,17 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
             command_timeout_s=command_timeout_s,
             clock=clock,
         )
-        if tasks is not None:
-            self.tasks = checked(tasks)
-        elif task_file is not None:
-            self.tasks = load_tasks(ShellTask, task_file)
-        else:
-            self.tasks = shipped_tasks(ShellTask, "shell")
+        self.tasks = task_set(ShellTask, tasks, task_file, "shell")
         self._task = self.tasks[0]
         self._best = 0.0
 
+    @property
+    def task(self) -> ShellTask:
+        """The task of the current (or last) episode."""
+        return self._task
+
     def _open_program(self, options: dict[str, Any]) -> Program[Opening]:
-        if "task_id" in options:
-            self._task = pick(self.tasks, options["task_id"])
-        else:
-            self._task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._task = choose(self.tasks, options, self.np_random)
         self._best = 0.0
         if self._task.setup:
             result = yield from shell(self._task.setup, self.command_timeout_s)

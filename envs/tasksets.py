@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from envs.errors import EnvLoadError, TaskNotFound
@@ -118,3 +119,21 @@ def pick(tasks: Sequence[TaskT], task_id: object) -> TaskT:
         if task.id == task_id:
             return task
     raise TaskNotFound(f"no task {task_id!r}; known: {', '.join(t.id for t in tasks)}")
+
+
+def task_set(
+    model: type[TaskT], tasks: Sequence[TaskT] | None, task_file: str | None, shipped: str
+) -> tuple[TaskT, ...]:
+    """An env's tasks: ``tasks`` if given, else ``task_file``, else the shipped set."""
+    if tasks is not None:
+        return checked(tasks)
+    if task_file is not None:
+        return load_tasks(model, task_file)
+    return shipped_tasks(model, shipped)
+
+
+def choose(tasks: Sequence[TaskT], options: dict[str, Any], rng: np.random.Generator) -> TaskT:
+    """``options["task_id"]``'s task, or one drawn with the env's seeded ``rng``."""
+    if "task_id" in options:
+        return pick(tasks, options["task_id"])
+    return tasks[int(rng.integers(len(tasks)))]

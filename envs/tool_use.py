@@ -29,7 +29,7 @@ from envs.messages import Message, clean_text, clip_text, system, tool, user
 from envs.parsing import has_tool_call, parse_tool_calls
 from envs.programs import Program, RunPython, RunShell, read_file, write_file
 from envs.sandboxed import SandboxEnv
-from envs.tasksets import ToolTask, checked, load_tasks, pick, shipped_tasks
+from envs.tasksets import ToolTask, choose, task_set
 from envs.tools import Tool, ToolCall
 from sandboxes.base import SandboxFileError, SandboxPool
 
@@ -134,21 +134,18 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
             command_timeout_s=command_timeout_s,
             clock=clock,
         )
-        if tasks is not None:
-            self.tasks = checked(tasks)
-        elif task_file is not None:
-            self.tasks = load_tasks(ToolTask, task_file)
-        else:
-            self.tasks = shipped_tasks(ToolTask, "tool_use")
+        self.tasks = task_set(ToolTask, tasks, task_file, "tool_use")
         self.tools = [t.to_openai() for t in TOOLS]
         self._task = self.tasks[0]
         self._answer = ""
 
+    @property
+    def task(self) -> ToolTask:
+        """The task of the current (or last) episode."""
+        return self._task
+
     def _open_program(self, options: dict[str, Any]) -> Program[Opening]:
-        if "task_id" in options:
-            self._task = pick(self.tasks, options["task_id"])
-        else:
-            self._task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._task = choose(self.tasks, options, self.np_random)
         self._answer = ""
         for path, content in self._task.files.items():
             yield from write_file(path, content)

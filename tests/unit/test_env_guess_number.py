@@ -1,0 +1,178 @@
+"""GuessNumber: the chat contract on the simplest env, its rewards alone, oracle and demos."""
+
+from __future__ import annotations
+
+import gymnasium
+import pytest
+
+from envs.errors import ActionError, EpisodeStateError, TaskNotFound
+from envs.guess_demos import GuessPolicy, demonstrations
+from envs.guess_number import (
+    GuessEpisode,
+    GuessStep,
+    GuessStepReward,
+    GuessTerminalReward,
+    parse_guess,
+)
+from envs.messages import assistant
+
+INFO_KEYS = {
+    "env_s",
+    "sandbox_s",
+    "failure",
+    "error",
+    "turn",
+    "task_id",
+    "step_reward",
+    "terminal_reward",
+}
+
+
+def play(env, policy, **reset):
+    obs, info = env.reset(**reset)
+    history, rewards, steps = list(obs), [], []
+    while True:
+        action = policy(history)
+        obs, reward, terminated, truncated, info = env.step(action)
+        history += [assistant(action), *obs]
+        rewards.append(reward)
+        steps.append((terminated, truncated, info))
+        if terminated or truncated:
+            return history, rewards, steps
+
+
+def test_reset_gives_system_and_user_messages_and_the_task_id() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0")
+    obs, info = env.reset(options={"task_id": "guess-11"})
+    assert [m["role"] for m in obs] == ["system", "user"]
+    assert "1 to 16" in obs[1]["content"]
+    assert info["task_id"] == "guess-11"
+    assert {"env_s", "sandbox_s"} <= info.keys()
+    with pytest.raises(TaskNotFound):
+        env.reset(options={"task_id": "guess-99"})
+
+
+def test_step_returns_only_the_new_feedback_with_the_contract_info() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0")
+    env.reset(options={"task_id": "guess-11"})
+    obs, reward, terminated, truncated, info = env.step("8")
+    assert obs == ({"role": "user", "content": "Higher."},)
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert info.keys() == INFO_KEYS
+    assert info["failure"] is None and info["error"] is None
+    assert info["env_s"] >= info["sandbox_s"] == 0.0
+    obs, reward, terminated, _, info = env.step("My guess is 11")
+    assert obs[0]["content"] == "Correct!"
+    assert terminated and reward == pytest.approx(0.95)
+    assert info["terminal_reward"] == pytest.approx(0.95)
+
+
+def test_turn_limit_truncates_and_never_terminates() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0", max_episode_steps=3)
+    env.reset(options={"task_id": "guess-16"})
+    results = [env.step("1") for _ in range(3)]
+    assert [(r[2], r[3]) for r in results] == [(False, False), (False, False), (False, True)]
+    assert sum(r[1] for r in results) == 0.0  # failure pays nothing
+
+
+def test_rejected_messages_are_task_failures_with_feedback_and_a_penalty() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0", max_episode_steps=10)
+    env.reset(options={"task_id": "guess-5"})
+    for action, complaint in [("", "no number"), ("3 or 4", "2 numbers"), ("99", "Out of range")]:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert complaint in obs[0]["content"]
+        assert (reward, terminated, truncated) == (-0.1, False, False)
+        assert info["failure"] == "task" and complaint in info["error"]
+
+
+def test_step_before_reset_and_after_the_end_are_errors() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0").unwrapped  # below Gymnasium's own checks
+    with pytest.raises(EpisodeStateError, match="idle"):
+        env.step("1")
+    env.reset(options={"task_id": "guess-1"})
+    env.step("1")
+    with pytest.raises(EpisodeStateError, match="done"):
+        env.step("1")
+    env.reset()
+    with pytest.raises(TypeError, match="str"):
+        env.step(1)
+    env.close()
+    with pytest.raises(EpisodeStateError, match="closed"):
+        env.reset()
+
+
+def test_rewards_are_callables_that_run_alone() -> None:
+    assert GuessStepReward()(GuessStep(4, "higher")) == 0.0
+    assert GuessStepReward(invalid_penalty=0.3)(GuessStep(None, "invalid")) == -0.3
+    assert GuessTerminalReward()(GuessEpisode(found=True, turns=1)) == 1.0
+    assert GuessTerminalReward(turn_cost=0.1)(GuessEpisode(found=True, turns=5)) == pytest.approx(
+        0.6
+    )
+    assert GuessTerminalReward()(GuessEpisode(found=False, turns=6)) == 0.0
+
+
+@pytest.mark.parametrize("broken", ["raises", "nan"])
+def test_a_broken_reward_callable_is_an_infrastructure_failure(broken: str) -> None:
+    def reward(episode: GuessEpisode) -> float:
+        if broken == "raises":
+            raise RuntimeError("reward service down")
+        return float("nan")
+
+    env = gymnasium.make("rollgym/GuessNumber-v0", terminal_reward=reward)
+    env.reset(options={"task_id": "guess-8"})
+    _, value, terminated, truncated, info = env.step("8")
+    assert (value, terminated, truncated) == (0.0, False, True)
+    assert info["failure"] == "infra"
+    assert "reward callable" in info["error"]
+    assert info["step_reward"] is None and info["terminal_reward"] is None
+
+
+def test_parse_guess_is_strict_about_ascii_integers() -> None:
+    assert parse_guess(" 7 ", 1, 16) == 7
+    for text in ("٣", "7.5", "1e3", "9" * 40, "-2"):
+        with pytest.raises(ActionError):
+            parse_guess(text, 1, 16)
+
+
+def test_the_oracle_finds_every_number_within_the_turn_limit() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0")
+    for target in range(1, 17):
+        _, rewards, steps = play(env, GuessPolicy(), options={"task_id": f"guess-{target}"})
+        assert steps[-1][0], f"oracle failed on {target}"
+        assert len(steps) <= 5
+        assert sum(rewards) >= 0.8
+
+
+def test_noisy_play_is_valid_but_slower_and_sometimes_fails() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0")
+    policy = GuessPolicy(noise=1.0, seed=3)
+    turns, solved = [], 0
+    for seed in range(60):
+        _, _, steps = play(env, policy, seed=seed)
+        assert all(info["failure"] is None for _, _, info in steps)  # every guess valid
+        turns.append(len(steps))
+        solved += steps[-1][0]
+    oracle_turns = [len(play(env, GuessPolicy(), seed=s)[2]) for s in range(60)]
+    assert sum(turns) > sum(oracle_turns)
+    assert 0 < solved < 60
+
+
+def test_demonstrations_are_whole_reproducible_conversations() -> None:
+    clean = demonstrations(20, seed=5)
+    assert clean == demonstrations(20, seed=5)
+    assert clean != demonstrations(20, seed=6)
+    for conversation in clean:
+        roles = [m["role"] for m in conversation]
+        assert roles[:2] == ["system", "user"]
+        assert roles[2:] == ["assistant", "user"] * ((len(roles) - 2) // 2)
+        assert conversation[-1]["content"] == "Correct!"
+    noisy = demonstrations(200, seed=5, noise=0.5)
+    assert sum(map(len, noisy)) > sum(map(len, demonstrations(200, seed=5)))
+
+
+def test_difficulty_is_configurable() -> None:
+    conversations = demonstrations(30, seed=0, low=1, high=100, max_turns=7)
+    assert all("1 to 100" in c[1]["content"] for c in conversations)
+    assert max(len(c) for c in conversations) <= 2 + 2 * 7
+    with pytest.raises(ValueError, match="low"):
+        gymnasium.make("rollgym/GuessNumber-v0", low=5, high=4)
