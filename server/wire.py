@@ -168,6 +168,9 @@ class RolloutStatus(BaseModel):
     completed_groups: int
     dropped_zero_variance: int
     invalid_trajectories: int
+    dropped_too_few_valid: int = Field(0, description="groups left with < 2 valid samples")
+    dropped_stopped: int = Field(0, description="groups cancelled by a stop or a new job")
+    error: str | None = Field(None, description="why the job stopped on its own, if it did")
 
 
 # --- weights and versions -----------------------------------------------------------------
@@ -194,3 +197,84 @@ class PolicyInfo(BaseModel):
     policy_version: int
     model: str
     updating: bool
+
+
+class NcclInit(_Input):
+    """Join the trainer's NCCL group (vLLM's native weight transfer; GPU hosts only)."""
+
+    master_address: str
+    master_port: int = Field(gt=0, lt=65536)
+    rank_offset: int = Field(1, ge=0)
+    world_size: int = Field(gt=1)
+    packed: bool = True
+
+
+class NcclUpdate(_Input):
+    """The tensors the trainer is about to broadcast, in order (GPU hosts only)."""
+
+    names: list[str] = Field(min_length=1)
+    dtype_names: list[str]
+    shapes: list[list[int]]
+    expected_version: int | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> NcclUpdate:
+        if not len(self.names) == len(self.dtype_names) == len(self.shapes):
+            raise ValueError("names, dtype_names and shapes must have the same length")
+        return self
+
+
+# --- small answers ------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    policy_version: int
+
+
+class AckResponse(BaseModel):
+    acked: int = Field(description="how many of the given group ids are acknowledged now")
+
+
+# --- external-agent sessions --------------------------------------------------------------
+
+
+class SessionCreate(_Input):
+    """Start an episode of ``env_id`` for an external agent."""
+
+    env_id: str
+    env_kwargs: dict[str, object] = Field(default_factory=dict)
+    seed: int | None = None
+
+
+class Message(BaseModel):
+    """A chat message as environments show it."""
+
+    role: str
+    content: str
+
+
+class SessionCreated(BaseModel):
+    session_id: str
+    observation: list[Message]
+    info: dict[str, object]
+    policy_version: int
+
+
+class SessionStep(_Input):
+    action: str
+
+
+class SessionStepResult(BaseModel):
+    observation: list[Message]
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, object]
+
+
+class SessionClosed(BaseModel):
+    session_id: str
+    trajectory_id: str | None = Field(description="None when the episode had no model turn")
+    persisted: bool
+    valid: bool

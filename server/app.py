@@ -1,0 +1,179 @@
+"""The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan runs it.
+
+Start-up, in order: the engine (vLLM, or an injected one), the tokenizer, the buffer
+(SQLite), the sandbox pool (if configured), the rollout runner and the session manager
+with its idle sweeper; all of it lives in one ``Services`` on ``app.state.services``.
+Shutdown runs the other way round: the runner stops (running groups are dropped and
+counted), sessions close (unfinished episodes kept aside as invalid), the buffer closes,
+the pool's boxes are removed, the engine shuts down.
+
+    app = create_app(ServerSettings(admin_token="..."))      # uvicorn.run(app)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sandboxes.base import SandboxPool
+from sandboxes.metrics import MetricsSink
+from server.buffer import TrajectoryBuffer
+from server.chat import ChatCodec
+from server.config import EngineConfig, SandboxSettings, ServerSettings
+from server.engine.base import ServingEngine
+from server.engine.metered import MeteredEngine
+from server.errors import ServerError
+from server.metrics import ServerMetrics
+from server.rollout.environments import RegistryEnvs
+from server.rollout.episode import EpisodeRunner
+from server.rollout.runner import RolloutRunner
+from server.routes import admin, agents, openai
+from server.routes.deps import Services
+from server.sessions import SessionManager
+from server.weights.updater import WeightUpdater
+from server.wire import ErrorBody
+
+EngineFactory = Callable[[EngineConfig], ServingEngine]
+PoolFactory = Callable[[SandboxSettings, MetricsSink], SandboxPool]
+
+
+def create_app(
+    settings: ServerSettings,
+    *,
+    engine_factory: EngineFactory | None = None,
+    pool_factory: PoolFactory | None = None,
+) -> FastAPI:
+    """The server's app. ``engine_factory`` defaults to vLLM, ``pool_factory`` to Docker."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _services(settings, engine_factory, pool_factory) as services:
+            app.state.services = services
+            yield
+
+    app = FastAPI(title="rollgym rollout server", lifespan=lifespan)
+    app.include_router(agents.router)
+    app.include_router(openai.router)
+    app.include_router(admin.router)
+    _install_error_handlers(app)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _services(
+    settings: ServerSettings,
+    engine_factory: EngineFactory | None,
+    pool_factory: PoolFactory | None,
+) -> AsyncIterator[Services]:
+    metrics = ServerMetrics()
+    engine = (engine_factory or _vllm_engine)(settings.engine)
+    async with contextlib.AsyncExitStack() as stack:
+        await engine.start()
+        stack.push_async_callback(engine.close)
+        codec = ChatCodec.from_model_dir(settings.engine.model_dir)
+        buffer = await stack.enter_async_context(
+            TrajectoryBuffer(settings.buffer_path, settings.buffer)
+        )
+        pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
+        envs = RegistryEnvs(lambda: pool)
+        policy = MeteredEngine(engine, metrics)
+        episodes = EpisodeRunner(policy, codec, envs, max_model_len=settings.engine.max_model_len)
+        runner = RolloutRunner(episodes, envs, buffer, metrics, settings.runner)
+        stack.push_async_callback(runner.close)
+        sessions = SessionManager(policy, codec, envs, buffer, metrics, settings.sessions)
+        stack.push_async_callback(sessions.close_all)
+        sweeper = asyncio.create_task(sessions.run_sweeper())
+        stack.push_async_callback(_cancel, sweeper)
+        weights = WeightUpdater(
+            engine,
+            settings.staging_dir,
+            max_bytes=settings.max_weight_bytes,
+            metrics=metrics,
+            aliases=engine.tied_aliases(),
+        )
+        metrics.policy_version.set(engine.policy_version)
+        yield Services(
+            settings=settings,
+            engine=engine,
+            policy=policy,
+            codec=codec,
+            buffer=buffer,
+            runner=runner,
+            sessions=sessions,
+            weights=weights,
+            metrics=metrics,
+            pool=pool,
+        )
+
+
+def _vllm_engine(config: EngineConfig) -> ServingEngine:
+    from server.engine.vllm_engine import VLLMEngine
+
+    return VLLMEngine(config)
+
+
+def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
+    from sandboxes.config import PoolConfig, SandboxConfig
+    from sandboxes.docker import DockerSandboxPool
+
+    box = SandboxConfig(image=config.image) if config.image else SandboxConfig()
+    pool_config = PoolConfig(
+        size=config.pool_size, acquire_timeout_s=config.acquire_timeout_s, box=box
+    )
+    return DockerSandboxPool(pool_config, metrics=sink)
+
+
+async def _start_pool(
+    config: SandboxSettings,
+    metrics: ServerMetrics,
+    factory: PoolFactory | None,
+    stack: contextlib.AsyncExitStack,
+) -> SandboxPool | None:
+    if config.pool_size == 0:
+        return None
+    pool = (factory or _docker_pool)(config, metrics.sandbox_sink)
+    start = getattr(pool, "start", None)
+    if start is not None:
+        await asyncio.to_thread(start)
+    stack.push_async_callback(asyncio.to_thread, pool.close)
+    return pool
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """One error body everywhere: ``server.wire.ErrorBody``."""
+    app.add_exception_handler(ServerError, _server_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+
+
+async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return _error(exc.status, exc.code, str(exc), headers)
+
+
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+    return _error(422, "invalid_request", problems)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    return _error(exc.status_code, "http_error", str(exc.detail))
+
+
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorBody(error=code, message=message).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,113 @@
+"""Chat messages to token ids, once: the first prompt, then each new batch of messages.
+
+Multi-turn RL must train on exactly the tokens the model saw and sampled. So the context
+is never re-rendered and re-tokenized: the sampled ids are appended as they are, and each
+batch of new environment messages is rendered ONCE by *template diffing* and appended.
+
+Template diffing renders a fixed anchor conversation (system, user, assistant) with and
+without the new messages and keeps the difference, the exact text the chat template puts
+between an assistant turn and the next generation prompt::
+
+    anchor  = "<|im_start|>system\\nS<|im_end|>\\n...<|im_start|>assistant\\nA<|im_end|>\\n"
+    + new   = anchor + "<|im_start|>user\\n5 is too low<|im_end|>\\n<|im_start|>assistant\\n"
+
+The assistant's own closing text after its end-of-turn token (ChatML: ``"\\n"``) is part of
+what the environment appends; when the model was cut off by the length limit the
+end-of-turn token itself is appended too (as an environment token, so it is masked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from server.errors import ServerError
+
+Message = dict[str, Any]
+_ANCHOR: tuple[Message, ...] = (
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+    {"role": "assistant", "content": "A"},
+)
+
+
+class ChatTemplateError(ServerError):
+    """The model's chat template cannot be used append-only (it rewrites earlier turns)."""
+
+
+class ChatCodec:
+    """A tokenizer and its chat template, used append-only.
+
+    Example::
+
+        codec = ChatCodec.from_model_dir(model_dir)
+        ids = codec.first_prompt([{"role": "user", "content": "Guess a number"}])
+        ids += sampled_ids                                   # exactly as sampled
+        ids += codec.continuation([{"role": "user", "content": "higher"}], stopped=True)
+    """
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_token
+        if eos is None:
+            raise ChatTemplateError("the tokenizer has no eos_token (the end-of-turn token)")
+        self.eos_token: str = eos
+        self.eos_id: int = tokenizer.convert_tokens_to_ids(eos)
+        self._anchor = self.render(_ANCHOR, generation_prompt=False)
+        content_end = self._anchor.rindex(_ANCHOR[-1]["content"]) + 1
+        tail = self._anchor[content_end:]
+        if not tail.startswith(eos):
+            raise ChatTemplateError(
+                f"the chat template does not end an assistant turn with {eos!r}: got {tail!r}"
+            )
+        self._closer = tail[len(eos) :]
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path) -> ChatCodec:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(str(model_dir)))
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tools=tools, add_generation_prompt=generation_prompt, tokenize=False
+        )
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def first_prompt(
+        self, messages: Sequence[Message], *, tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The opening messages, rendered with the generation prompt and tokenized."""
+        return self.encode(self.render(messages, tools=tools))
+
+    def continuation_text(self, messages: Sequence[Message], *, stopped: bool) -> str:
+        """The text that follows an assistant turn: its closer, ``messages``, the next prompt.
+
+        ``stopped`` says whether the model ended its turn with the end-of-turn token; if it
+        did not (length limit), the token is part of the continuation.
+        """
+        full = self.render([*_ANCHOR, *messages])
+        if not full.startswith(self._anchor):
+            raise ChatTemplateError(
+                "the chat template renders earlier turns differently once messages are "
+                "appended; rollgym needs an append-only template"
+            )
+        suffix = full[len(self._anchor) :]
+        return self._closer + suffix if stopped else self.eos_token + self._closer + suffix
+
+    def continuation(self, messages: Sequence[Message], *, stopped: bool) -> list[int]:
+        """``continuation_text`` tokenized: what to append after the sampled ids."""
+        return self.encode(self.continuation_text(messages, stopped=stopped))

@@ -1,0 +1,146 @@
+"""Typed, validated-once configuration: one model per component, one settings root.
+
+``ServerSettings`` reads flags' values, then ``ROLLGYM_*`` environment variables (nested
+fields with ``__``), then defaults::
+
+    ROLLGYM_HOST=127.0.0.1  ROLLGYM_PORT=8000  ROLLGYM_ADMIN_TOKEN=...  ROLLGYM_DATA_DIR=...
+    ROLLGYM_ENGINE__MODEL_DIR=/models/x  ROLLGYM_ENGINE__IN_FLIGHT=abort
+    ROLLGYM_BUFFER__LEASE_TIMEOUT_S=120  ROLLGYM_SESSIONS__IDLE_TIMEOUT_S=600
+    ROLLGYM_SANDBOXES__POOL_SIZE=4
+
+Each component gets its own model (``EngineConfig``, ``BufferConfig``...), never the root.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rollgym import paths
+from server.wire import SamplingSettings
+
+InFlightPolicy = Literal["finish", "abort"]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EngineConfig(_Config):
+    """The in-process vLLM engine.
+
+    ``in_flight`` is what a weight update does to requests already running: ``finish``
+    lets them complete on the old weights (the update waits), ``abort`` stops them and
+    runs them again from the start on the new weights (nothing is mixed: every
+    generation comes from exactly one version). ``weight_transfer="nccl"`` enables vLLM's
+    native NCCL transfer for GPU hosts; ``reload`` (safetensors files) works everywhere.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    model_dir: Path = Field(default_factory=paths.default_model_dir)
+    served_model_name: str | None = Field(None, description="default: the model dir's name")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    enforce_eager: bool = True
+    max_model_len: int = Field(2048, ge=64)
+    kv_cache_gib: float = Field(1.0, gt=0, description="KV-cache space")
+    max_num_seqs: int = Field(256, ge=1, description="sequences the engine batches at once")
+    enable_prefix_caching: bool = True
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
+        "processed_logprobs",
+        description="processed: the distribution actually sampled (after temperature/top-p)",
+    )
+    seed: int = 0
+    in_flight: InFlightPolicy = "finish"
+    weight_transfer: Literal["reload", "nccl"] = "reload"
+    sampling: SamplingSettings = Field(
+        default_factory=SamplingSettings, description="defaults of the OpenAI routes"
+    )
+    warmup: bool = Field(True, description="run one sampled request with logprobs at start")
+
+    @field_validator("model_dir")
+    @classmethod
+    def _has_config(cls, path: Path) -> Path:
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"{path} holds no model (no config.json): run `rollgym model init` "
+                "or point --model-dir at a Hugging Face model directory"
+            )
+        return path
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_dir.name
+
+
+class BufferConfig(_Config):
+    """The durable trajectory buffer (SQLite in WAL mode under the data dir)."""
+
+    lease_timeout_s: float = Field(
+        300.0, gt=0, description="a pulled group not acked by then is handed out again"
+    )
+    file_name: str = "buffer.sqlite3"
+
+
+class SessionConfig(_Config):
+    """External-agent sessions."""
+
+    idle_timeout_s: float = Field(600.0, gt=0, description="a session idle this long expires")
+    sweep_interval_s: float = Field(5.0, gt=0)
+    max_sessions: int = Field(256, ge=1)
+
+
+class RunnerConfig(_Config):
+    """The rollout runner."""
+
+    max_concurrent_episodes: int = Field(
+        512, ge=1, description="a hard cap on episodes at once, on top of admission control"
+    )
+
+
+class SandboxSettings(_Config):
+    """The shared sandbox pool for sandboxed environments; 0 boxes means no pool."""
+
+    pool_size: int = Field(0, ge=0, le=1024)
+    image: str | None = Field(None, description="default: the sandboxes package's image")
+    acquire_timeout_s: float = Field(60.0, gt=0)
+
+
+class ServerSettings(BaseSettings):
+    """Everything ``rollgym serve`` needs; see the module docstring for the variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLGYM_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    admin_token: SecretStr = Field(description="bearer token of the admin routes")
+    data_dir: Path = Field(
+        default_factory=lambda: paths.data_home() / "server",
+        description="the SQLite buffer and staged weights live here",
+    )
+    max_weight_bytes: int = Field(16 << 30, gt=0, description="largest weight upload")
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+    sessions: SessionConfig = Field(default_factory=SessionConfig)
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
+
+    @field_validator("admin_token")
+    @classmethod
+    def _strong_token(cls, token: SecretStr) -> SecretStr:
+        if len(token.get_secret_value()) < 16:
+            raise ValueError("admin_token must be at least 16 characters (ROLLGYM_ADMIN_TOKEN)")
+        return token
+
+    @property
+    def buffer_path(self) -> Path:
+        return self.data_dir / self.buffer.file_name
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.data_dir / "staging"

@@ -1,0 +1,137 @@
+"""``FakeEngine``: a scripted policy for unit tests (its real twin is ``VLLMEngine``).
+
+The script maps a prompt to the tokens to "sample"; logprobs are a fixed function of the
+version (``-0.1 * (version + 1)``), so tests can tell versions apart in a trajectory. It
+keeps the real engine's contract: a generation comes from one version (with ``finish``,
+a swap waits for running generations), ``max_tokens`` and stop ids cut the output, and
+``cached_tokens`` counts the longest prefix shared with an earlier context (a stand-in for
+vLLM's prefix cache), reset by a swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from server.config import InFlightPolicy
+from server.errors import NotEnabled
+from server.policy import FinishReason, Generation
+from server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
+from server.wire import SamplingSettings
+
+Script = Callable[[Sequence[int]], Sequence[int]]
+FAKE_MANIFEST: Manifest = {"model.embed_tokens.weight": TensorSpec("F32", (8, 4))}
+
+
+def fake_logprob(version: int) -> float:
+    return -0.1 * (version + 1)
+
+
+class FakeEngine:
+    """See the module docstring. ``latency_s`` makes each generation take that long."""
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        manifest: Manifest = FAKE_MANIFEST,
+        latency_s: float = 0.0,
+        in_flight: InFlightPolicy = "finish",
+    ):
+        self._script = script
+        self._manifest = manifest
+        self._latency_s = latency_s
+        self._in_flight: InFlightPolicy = in_flight
+        self._version = 0
+        self._running = 0
+        self._idle = asyncio.Condition()
+        self._swap_lock = asyncio.Lock()
+        self._contexts: list[list[int]] = []
+        self.swapped: list[StagedWeights | NcclWeights] = []
+        self.prompts: list[list[int]] = []
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def in_flight_policy(self) -> InFlightPolicy:
+        return self._in_flight
+
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def tied_aliases(self) -> dict[str, str]:
+        return {}
+
+    async def init_nccl(self, init_info: dict[str, Any]) -> None:
+        raise NotEnabled("the fake engine has no NCCL weight transfer")
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingSettings,
+        *,
+        stop_token_ids: Sequence[int] = (),
+        request_id: str | None = None,
+    ) -> Generation:
+        async with self._swap_lock:  # wait while a swap runs
+            self._running += 1
+        try:
+            version = self._version
+            prompt = list(prompt_ids)
+            self.prompts.append(prompt)
+            cached = max((_common_prefix(prompt, c) for c in self._contexts), default=0)
+            if self._latency_s:
+                await asyncio.sleep(self._latency_s)
+            tokens, finish = _cut(self._script(prompt), sampling.max_tokens, stop_token_ids)
+            self._contexts.append(prompt + tokens)
+            return Generation(
+                token_ids=tokens,
+                logprobs=[fake_logprob(version)] * len(tokens),
+                finish_reason=finish,
+                policy_version=version,
+                prompt_tokens=len(prompt),
+                cached_tokens=min(cached, len(prompt) - 1),
+                model_s=self._latency_s,
+            )
+        finally:
+            async with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
+        async with self._swap_lock:
+            async with self._idle:
+                await self._idle.wait_for(lambda: self._running == 0)
+            self.swapped.append(weights)
+            self._contexts.clear()
+            self._version += 1
+            return self._version
+
+
+def _cut(
+    tokens: Sequence[int], max_tokens: int, stop: Sequence[int]
+) -> tuple[list[int], FinishReason]:
+    out: list[int] = []
+    for token in tokens[:max_tokens]:
+        out.append(token)
+        if token in stop:
+            return out, "stop"
+    return out, "length"
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,336 @@
+"""``VLLMEngine``: vLLM's async engine in-process, as a ``PolicyEngine`` and a ``WeightTarget``.
+
+No second HTTP hop: the server holds vLLM's ``AsyncLLM`` (its engine core runs in a child
+process it manages) and submits token ids directly. Every request asks for the sampled
+token's logprob only (``logprobs=0``), in flat form, without detokenizing and with only
+the final output sent back: the runner needs ids and logprobs, never vLLM's text.
+
+Versions: vLLM stamps each output token with the engine's weight version; the engine sets
+it to ``str(policy_version)`` after each swap, and a ``Generation`` takes its version from
+those stamps (a generation spanning two versions would be a bug and raises).
+
+Weight swaps (see ``EngineConfig.in_flight``): new requests wait while a swap runs; with
+``finish`` vLLM drains the running requests on the old weights first, with ``abort`` it
+aborts them and this class submits them again on the new weights. Then the workers reload
+the weights, the prefix cache is reset, the version moves, and generation resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from server.config import EngineConfig, InFlightPolicy
+from server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
+from server.policy import FinishReason, Generation
+from server.weights.base import Manifest, NcclWeights, StagedWeights
+from server.weights.safetensors_check import TORCH_DTYPE, checkpoint_files, read_manifest
+from server.wire import SamplingSettings
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+logger = logging.getLogger(__name__)
+WORKER_EXTENSION = "server.engine.worker_ext.RollgymWorkerExtension"
+_FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length"}
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """What one submission to vLLM returned."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None
+    versions: set[str]
+    cached_tokens: int
+    queue_s: float
+    model_s: float
+
+
+class VLLMEngine:
+    """See the module docstring. ``async with VLLMEngine(config) as engine: ...``"""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self._llm: AsyncLLM | None = None
+        self._version = 0
+        self._swaps = 0
+        self._serving = asyncio.Event()
+        self._swap_lock = asyncio.Lock()
+        self._manifest = read_manifest(
+            checkpoint_files(config.model_dir), dtype=TORCH_DTYPE.get(config.dtype)
+        )
+        self._last_good = StagedWeights(tuple(checkpoint_files(config.model_dir)), nbytes=0)
+
+    # --- life -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        c = self.config
+        args = AsyncEngineArgs(
+            model=str(c.model_dir),
+            served_model_name=c.model_name,
+            dtype=c.dtype,
+            enforce_eager=c.enforce_eager,
+            max_model_len=c.max_model_len,
+            kv_cache_memory_bytes=int(c.kv_cache_gib * (1 << 30)),
+            max_num_seqs=c.max_num_seqs,
+            enable_prefix_caching=c.enable_prefix_caching,
+            logprobs_mode=c.logprobs_mode,
+            seed=c.seed,
+            worker_extension_cls=WORKER_EXTENSION,
+            weight_transfer_config=_weight_transfer(c),
+        )
+        vllm_config = args.create_engine_config()
+        # A stat logger of our own turns on per-request timings without vLLM's default
+        # loggers (whose Prometheus metrics live in a process-global registry).
+        self._llm = AsyncLLM.from_vllm_config(
+            vllm_config, stat_loggers=[_quiet_stat_logger], disable_log_stats=True
+        )
+        await self._llm.update_weight_version(str(self._version))
+        self._serving.set()
+        if c.warmup:
+            await self._warm_up()
+
+    async def _warm_up(self) -> None:
+        """One sampled request with logprobs: the first one pays one-time set-up costs."""
+        settings = SamplingSettings(temperature=1.0, max_tokens=8)
+        await asyncio.gather(*(self.generate([1, 2, 3, i], settings) for i in range(4)))
+
+    async def close(self) -> None:
+        if self._llm is not None:
+            self._serving.clear()
+            self._llm.shutdown()
+            self._llm = None
+
+    async def __aenter__(self) -> VLLMEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _engine(self) -> AsyncLLM:
+        if self._llm is None:
+            raise EngineFailure("the engine is not running")
+        return self._llm
+
+    # --- PolicyEngine ---------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def in_flight_policy(self) -> InFlightPolicy:
+        return self.config.in_flight
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingSettings,
+        *,
+        stop_token_ids: Sequence[int] = (),
+        request_id: str | None = None,
+    ) -> Generation:
+        room = self.config.max_model_len - len(prompt_ids)
+        if room <= 0 or not prompt_ids:
+            raise BadRequest(
+                f"the prompt has {len(prompt_ids)} tokens; it must have 1 to "
+                f"{self.config.max_model_len - 1} (max_model_len {self.config.max_model_len})"
+            )
+        params = _sampling_params(sampling, min(sampling.max_tokens, room), stop_token_ids)
+        base_id = request_id or uuid.uuid4().hex
+        queue_s = model_s = 0.0
+        attempt = 0
+        while True:
+            await self._serving.wait()
+            swaps = self._swaps
+            result = await self._submit(prompt_ids, params, f"{base_id}-{attempt}")
+            queue_s += result.queue_s
+            model_s += result.model_s
+            if result.finish_reason != "abort" or self._swaps == swaps:
+                break
+            attempt += 1  # aborted by a weight swap: run again on the new weights
+        return Generation(
+            token_ids=result.token_ids,
+            logprobs=result.logprobs,
+            finish_reason=_FINISH.get(result.finish_reason, "abort"),
+            policy_version=self._version_of(result.versions),
+            prompt_tokens=len(prompt_ids),
+            cached_tokens=result.cached_tokens,
+            queue_s=queue_s,
+            model_s=model_s,
+        )
+
+    async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        final = None
+        try:
+            async for output in self._engine().generate(
+                {"prompt_token_ids": list(prompt_ids)}, params, request_id
+            ):
+                final = output
+        except (EngineDeadError, EngineGenerateError) as exc:
+            raise EngineFailure(f"the engine failed: {exc!r}") from exc
+        if final is None:
+            raise EngineFailure("the engine returned no output")
+        completion = final.outputs[0]
+        token_ids = list(completion.token_ids)
+        stats = final.metrics
+        return _Attempt(
+            token_ids=token_ids,
+            logprobs=_sampled_logprobs(completion.logprobs, len(token_ids)),
+            finish_reason=completion.finish_reason,
+            versions={span.version for span in completion.weight_versions or ()},
+            cached_tokens=final.num_cached_tokens or 0,
+            queue_s=max(stats.scheduled_ts - stats.queued_ts, 0.0) if stats else 0.0,
+            model_s=max(stats.last_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
+        )
+
+    def _version_of(self, stamps: set[str]) -> int:
+        if not stamps:
+            return self._version  # nothing was sampled
+        if len(stamps) > 1:
+            raise ServerError(f"a generation spans policy versions {sorted(stamps)}")
+        return int(next(iter(stamps)))
+
+    # --- WeightTarget ---------------------------------------------------------------------
+
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    def tied_aliases(self) -> dict[str, str]:
+        """``lm_head.weight`` stands for the input embedding when the model ties them."""
+        config = json.loads((self.config.model_dir / "config.json").read_text())
+        embedding = next((n for n in self._manifest if n.endswith("embed_tokens.weight")), None)
+        if not config.get("tie_word_embeddings") or embedding is None:
+            return {}
+        return {} if "lm_head.weight" in self._manifest else {"lm_head.weight": embedding}
+
+    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
+        llm = self._engine()
+        async with self._swap_lock:
+            self._serving.clear()
+            self._swaps += 1
+            mode: Literal["wait", "abort"] = (
+                "wait" if self.config.in_flight == "finish" else "abort"
+            )
+            try:
+                await llm.pause_generation(mode=mode, clear_cache=True)
+                await self._apply_or_recover(weights)
+                await llm.reset_prefix_cache()
+                self._version += 1
+                await llm.update_weight_version(str(self._version))
+            finally:
+                await llm.resume_generation()
+                self._serving.set()
+        return self._version
+
+    async def _apply_or_recover(self, weights: StagedWeights | NcclWeights) -> None:
+        try:
+            await self._apply(weights)
+        except Exception as exc:
+            logger.exception("weight swap failed; reloading the last good weights")
+            try:
+                await self._apply(self._last_good)
+            except Exception as again:
+                raise EngineFailure(
+                    f"the swap failed ({exc!r}) and reloading the last good weights too "
+                    f"({again!r}): restart the server"
+                ) from again
+            raise EngineFailure(f"the swap failed; the old weights keep serving: {exc!r}") from exc
+        if isinstance(weights, StagedWeights):
+            self._last_good = weights
+
+    async def _apply(self, weights: StagedWeights | NcclWeights) -> None:
+        llm = self._engine()
+        if isinstance(weights, StagedWeights):
+            await llm.collective_rpc(
+                "rollgym_reload_safetensors",
+                args=([str(f) for f in weights.files], dict(weights.renames), sorted(weights.skip)),
+            )
+            return
+        self._require_nccl()
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        await llm.start_weight_update()
+        info = {
+            "names": list(weights.names),
+            "dtype_names": list(weights.dtype_names),
+            "shapes": [list(s) for s in weights.shapes],
+        }
+        await llm.update_weights(WeightTransferUpdateRequest(update_info=info))
+        await llm.finish_weight_update()
+
+    async def init_nccl(self, init_info: dict[str, Any]) -> None:
+        """Join the trainer's NCCL group (vLLM's native weight transfer; GPU hosts only)."""
+        self._require_nccl()
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        await self._engine().init_weight_transfer_engine(
+            WeightTransferInitRequest(init_info=init_info)
+        )
+
+    def _require_nccl(self) -> None:
+        if self.config.weight_transfer != "nccl":
+            raise NotEnabled(
+                "NCCL weight transfer is off: start the server with "
+                "ROLLGYM_ENGINE__WEIGHT_TRANSFER=nccl on a GPU host"
+            )
+
+
+def _weight_transfer(config: EngineConfig) -> Any:
+    if config.weight_transfer != "nccl":
+        return None
+    from vllm.config import WeightTransferConfig
+
+    return WeightTransferConfig(backend="nccl")
+
+
+def _sampling_params(settings: SamplingSettings, max_tokens: int, stop: Sequence[int]) -> Any:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_tokens=max_tokens,
+        stop_token_ids=list(stop),
+        logprobs=0,  # the sampled token's only
+        flat_logprobs=True,
+        detokenize=False,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def _sampled_logprobs(logprobs: Any, count: int) -> list[float]:
+    """The sampled token's logprob at each position (it comes first in each position)."""
+    if logprobs is None:
+        raise EngineFailure("the engine returned no logprobs")
+    return [float(logprobs.logprobs[logprobs.start_indices[i]]) for i in range(count)]
+
+
+def _quiet_stat_logger(vllm_config: Any, engine_index: int = 0) -> Any:
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class QuietStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0):
+            pass
+
+        def record(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return QuietStatLogger(vllm_config, engine_index)

@@ -1,0 +1,160 @@
+"""The server's Prometheus metrics, on a registry of its own (one per app, no globals).
+
+==========================================  =========  =========================================
+name                                        type       what
+==========================================  =========  =========================================
+rollgym_generation_seconds                  histogram  engine time of one generation (queue out)
+rollgym_generation_queue_seconds            histogram  wait before the engine took a request
+rollgym_env_step_seconds                    histogram  one env step, sandbox included
+rollgym_sandbox_seconds                     histogram  the sandbox part of one env step
+rollgym_buffer_wait_seconds                 histogram  a group's time in the buffer until pulled
+rollgym_weight_sync_seconds{phase}          histogram  load (read + check), apply (engine paused)
+rollgym_inflight_episodes                   gauge      episodes being rolled out
+rollgym_buffer_groups{state}                gauge      groups ready / leased in the buffer
+rollgym_policy_version                      gauge      the served policy's version
+rollgym_version_lag                         gauge      policy version - the trainer's last pull
+rollgym_dropped_trajectories_total{reason}  counter    stale, zero_variance, too_few_valid
+rollgym_invalid_trajectories_total          counter    infrastructure failures (never trained)
+rollgym_trajectories_total{source}          counter    trajectories persisted
+rollgym_prompt_tokens_total                 counter    prompt tokens sent to the engine
+rollgym_cached_prompt_tokens_total          counter    ... of which served by the prefix cache
+rollgym_prefix_cache_hit_rate               gauge      cached / prompt tokens since start
+rollgym_generated_tokens_total              counter    sampled tokens
+rollgym_weight_updates_total{outcome}       counter    applied, rejected, failed
+rollgym_sessions_active                     gauge      open external-agent sessions
+sandbox_pool_boxes{state}                   gauge      the pool's boxes: ready, leased, ...
+sandbox_*                                   (see sandboxes.metrics) the sandbox pool's own
+==========================================  =========  =========================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ClassVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sandboxes import metrics as sbx
+from server.policy import Generation
+
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_SLOW = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class SandboxSink:
+    """``sandboxes.metrics.MetricsSink`` onto Prometheus; unknown names are ignored."""
+
+    _TIMINGS: ClassVar[dict[str, tuple[str, ...]]] = {
+        sbx.POOL_WAIT: (),
+        sbx.ROUND_TRIP: ("op",),
+        sbx.COMMAND: ("op",),
+        sbx.COLD_START: (),
+        sbx.RESET: (),
+    }
+    _COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        sbx.TIMEOUTS: ("op",),
+        sbx.TRUNCATED: ("op",),
+        sbx.DEATHS: ("reason",),
+        sbx.REPLACEMENTS: (),
+        sbx.RECYCLED: ("reason",),
+    }
+
+    def __init__(self, registry: CollectorRegistry):
+        self._histograms = {
+            name: Histogram(name, name, labels, registry=registry, buckets=_FAST)
+            for name, labels in self._TIMINGS.items()
+        }
+        self._counters = {
+            name: Counter(name, name, labels, registry=registry)
+            for name, labels in self._COUNTS.items()
+        }
+
+    def observe(self, name: str, seconds: float, labels: sbx.Labels = sbx.NO_LABELS) -> None:
+        histogram = self._histograms.get(name)
+        if histogram is not None:
+            with contextlib.suppress(ValueError):  # an unknown label set: never raise
+                (histogram.labels(**labels) if labels else histogram).observe(seconds)
+
+    def increment(self, name: str, labels: sbx.Labels = sbx.NO_LABELS) -> None:
+        counter = self._counters.get(name)
+        if counter is not None:
+            with contextlib.suppress(ValueError):
+                (counter.labels(**labels) if labels else counter).inc()
+
+
+class ServerMetrics:
+    """Every metric of the table above, registered on ``self.registry``."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.generation = Histogram(
+            "rollgym_generation_seconds", "engine time per generation", registry=r, buckets=_FAST
+        )
+        self.generation_queue = Histogram(
+            "rollgym_generation_queue_seconds", "engine queue wait", registry=r, buckets=_FAST
+        )
+        self.env_step = Histogram(
+            "rollgym_env_step_seconds", "env step time", registry=r, buckets=_FAST
+        )
+        self.sandbox = Histogram(
+            "rollgym_sandbox_seconds", "sandbox time per step", registry=r, buckets=_FAST
+        )
+        self.buffer_wait = Histogram(
+            "rollgym_buffer_wait_seconds", "put to pull", registry=r, buckets=_SLOW
+        )
+        self.weight_sync = Histogram(
+            "rollgym_weight_sync_seconds", "weight update", ["phase"], registry=r, buckets=_FAST
+        )
+        self.inflight = Gauge("rollgym_inflight_episodes", "episodes running", registry=r)
+        self.buffer_groups = Gauge("rollgym_buffer_groups", "buffered", ["state"], registry=r)
+        self.policy_version = Gauge("rollgym_policy_version", "served version", registry=r)
+        self.version_lag = Gauge("rollgym_version_lag", "policy - trainer version", registry=r)
+        self.dropped = Counter(
+            "rollgym_dropped_trajectories", "dropped samples", ["reason"], registry=r
+        )
+        self.invalid = Counter("rollgym_invalid_trajectories", "infra failures", registry=r)
+        self.trajectories = Counter(
+            "rollgym_trajectories", "persisted trajectories", ["source"], registry=r
+        )
+        self.prompt_tokens = Counter("rollgym_prompt_tokens", "prompt tokens", registry=r)
+        self.cached_tokens = Counter("rollgym_cached_prompt_tokens", "cached tokens", registry=r)
+        self.prefix_hit_rate = Gauge(
+            "rollgym_prefix_cache_hit_rate", "cached / prompt tokens", registry=r
+        )
+        self.generated_tokens = Counter("rollgym_generated_tokens", "sampled tokens", registry=r)
+        self.weight_updates = Counter(
+            "rollgym_weight_updates", "weight updates", ["outcome"], registry=r
+        )
+        self.sessions = Gauge("rollgym_sessions_active", "open sessions", registry=r)
+        self.pool_boxes = Gauge("sandbox_pool_boxes", "boxes by state", ["state"], registry=r)
+        self.sandbox_sink = SandboxSink(r)
+        self._prompt_total = 0
+        self._cached_total = 0
+
+    def record_generation(self, generation: Generation) -> None:
+        self.generation.observe(generation.model_s)
+        self.generation_queue.observe(generation.queue_s)
+        self.prompt_tokens.inc(generation.prompt_tokens)
+        self.cached_tokens.inc(generation.cached_tokens)
+        self.generated_tokens.inc(len(generation.token_ids))
+        self._prompt_total += generation.prompt_tokens
+        self._cached_total += generation.cached_tokens
+        if self._prompt_total:
+            self.prefix_hit_rate.set(self._cached_total / self._prompt_total)
+
+    def set_buffer_depth(self, ready: int, leased: int) -> None:
+        self.buffer_groups.labels(state="ready").set(ready)
+        self.buffer_groups.labels(state="leased").set(leased)
+
+    def set_pool_status(self, pool: object) -> None:
+        """Copy a sandbox pool's ``status()`` (ready, leased, starting, waiting) to gauges."""
+        status = getattr(pool, "status", None)
+        if status is None:
+            return
+        current = status()
+        for state in ("ready", "leased", "starting", "waiting"):
+            self.pool_boxes.labels(state=state).set(getattr(current, state, 0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

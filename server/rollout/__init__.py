@@ -1,0 +1,1 @@
+"""The rollout runner: many episodes at once, token-faithful, in GRPO groups, with backpressure."""

@@ -1,0 +1,111 @@
+"""Admin routes (``Authorization: Bearer <ROLLGYM_ADMIN_TOKEN>``): weights, rollouts, buffer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Request
+
+from server.errors import BadRequest
+from server.routes.deps import ServicesDep, require_admin
+from server.weights.base import NcclWeights
+from server.wire import (
+    AckRequest,
+    AckResponse,
+    NcclInit,
+    NcclUpdate,
+    PolicyInfo,
+    PullRequest,
+    PullResponse,
+    RolloutJob,
+    RolloutStatus,
+    WeightsFromPath,
+    WeightUpdateResult,
+)
+
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+
+
+@router.post("/weights")
+async def upload_weights(
+    request: Request,
+    services: ServicesDep,
+    x_expected_version: Annotated[str | None, Header()] = None,
+) -> WeightUpdateResult:
+    """Raw safetensors bytes, streamed; ``X-Expected-Version`` guards against races."""
+    expected = _version_header(x_expected_version)
+    return await services.weights.from_stream(request.stream(), expected)
+
+
+@router.post("/weights/from-path")
+async def weights_from_path(body: WeightsFromPath, services: ServicesDep) -> WeightUpdateResult:
+    return await services.weights.from_path(Path(body.path), body.expected_version)
+
+
+@router.post("/weights/nccl/init")
+async def nccl_init(body: NcclInit, services: ServicesDep) -> PolicyInfo:
+    """GPU hosts: join the trainer's NCCL group (vLLM's native weight transfer)."""
+    await services.engine.init_nccl(body.model_dump())
+    return PolicyInfo(
+        policy_version=services.engine.policy_version,
+        model=services.settings.engine.model_name,
+        updating=services.weights.updating,
+    )
+
+
+@router.post("/weights/nccl")
+async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateResult:
+    """GPU hosts: receive the broadcast the trainer starts right after this call."""
+    weights = NcclWeights(
+        names=tuple(body.names),
+        dtype_names=tuple(body.dtype_names),
+        shapes=tuple(tuple(s) for s in body.shapes),
+    )
+    return await services.weights.from_nccl(weights, body.expected_version)
+
+
+@router.post("/rollouts")
+async def start_rollouts(body: RolloutJob, services: ServicesDep) -> RolloutStatus:
+    return await services.runner.start(body)
+
+
+@router.get("/rollouts")
+async def rollout_status(services: ServicesDep) -> RolloutStatus:
+    return services.runner.status()
+
+
+@router.delete("/rollouts")
+async def stop_rollouts(services: ServicesDep, drain: bool = False) -> RolloutStatus:
+    """Stop the job: running groups are cancelled and counted, or finish with ``drain``."""
+    return await services.runner.stop(drain=drain)
+
+
+@router.post("/buffer/pull")
+async def pull(body: PullRequest, request: Request, services: ServicesDep) -> PullResponse:
+    services.trainer_version = body.trainer_version
+    response, leased = await services.buffer.pull(
+        body, services.engine.policy_version, abandoned=request.is_disconnected
+    )
+    for waited in leased.waited_s:
+        services.metrics.buffer_wait.observe(waited)
+    if response.dropped_stale:
+        services.metrics.dropped.labels(reason="stale").inc(response.dropped_stale)
+    return response
+
+
+@router.post("/buffer/ack")
+async def ack(body: AckRequest, services: ServicesDep) -> AckResponse:
+    return AckResponse(acked=await services.buffer.ack(body.group_ids))
+
+
+def _version_header(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        version = int(value)
+    except ValueError:
+        raise BadRequest(f"X-Expected-Version must be an integer, got {value!r}") from None
+    if version < 0:
+        raise BadRequest("X-Expected-Version must be >= 0")
+    return version

@@ -1,0 +1,63 @@
+"""Agent-facing routes (no token): health, metrics, the policy, external-agent sessions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from server.metrics import CONTENT_TYPE
+from server.routes.deps import ServicesDep
+from server.wire import (
+    Health,
+    PolicyInfo,
+    SessionClosed,
+    SessionCreate,
+    SessionCreated,
+    SessionStep,
+    SessionStepResult,
+)
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(services: ServicesDep) -> Health:
+    return Health(policy_version=services.engine.policy_version)
+
+
+@router.get("/metrics")
+async def metrics(services: ServicesDep) -> Response:
+    m = services.metrics
+    depth = services.buffer.depth
+    m.set_buffer_depth(depth.ready, depth.leased)
+    m.policy_version.set(services.engine.policy_version)
+    if services.trainer_version is not None:
+        m.version_lag.set(services.engine.policy_version - services.trainer_version)
+    if services.pool is not None:
+        m.set_pool_status(services.pool)
+    return Response(m.render(), media_type=CONTENT_TYPE)
+
+
+@router.get("/v1/policy")
+async def policy(services: ServicesDep) -> PolicyInfo:
+    return PolicyInfo(
+        policy_version=services.engine.policy_version,
+        model=services.settings.engine.model_name,
+        updating=services.weights.updating,
+    )
+
+
+@router.post("/v1/sessions", status_code=status.HTTP_201_CREATED)
+async def create_session(body: SessionCreate, services: ServicesDep) -> SessionCreated:
+    return await services.sessions.create(body)
+
+
+@router.post("/v1/sessions/{session_id}/step")
+async def step_session(
+    session_id: str, body: SessionStep, services: ServicesDep
+) -> SessionStepResult:
+    return await services.sessions.step(session_id, body.action)
+
+
+@router.delete("/v1/sessions/{session_id}")
+async def close_session(session_id: str, services: ServicesDep) -> SessionClosed:
+    return await services.sessions.close(session_id)

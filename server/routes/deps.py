@@ -1,0 +1,58 @@
+"""What routes get injected: the services on ``app.state`` and the admin check."""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from sandboxes.base import SandboxPool
+from server.buffer import TrajectoryBuffer
+from server.chat import ChatCodec
+from server.config import ServerSettings
+from server.engine.base import ServingEngine
+from server.errors import Forbidden, Unauthorized
+from server.metrics import ServerMetrics
+from server.policy import PolicyEngine
+from server.rollout.runner import RolloutRunner
+from server.sessions import SessionManager
+from server.weights.updater import WeightUpdater
+
+
+@dataclasses.dataclass
+class Services:
+    """Everything the routes use; built by the app's lifespan, one set per app."""
+
+    settings: ServerSettings
+    engine: ServingEngine
+    policy: PolicyEngine  # the engine, metered
+    codec: ChatCodec
+    buffer: TrajectoryBuffer
+    runner: RolloutRunner
+    sessions: SessionManager
+    weights: WeightUpdater
+    metrics: ServerMetrics
+    pool: SandboxPool | None = None
+    trainer_version: int | None = None  # from the trainer's last pull
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def require_admin(
+    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
+) -> None:
+    """Admin routes need ``Authorization: Bearer <ROLLGYM_ADMIN_TOKEN>`` (401/403)."""
+    if not authorization:
+        raise Unauthorized("admin routes need the header 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    expected = services.settings.admin_token.get_secret_value()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise Forbidden("the bearer token is not the admin token")

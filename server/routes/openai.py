@@ -1,0 +1,141 @@
+"""OpenAI-compatible routes on the same engine: models, chat completions, completions.
+
+Every answer carries the policy version (body ``policy_version``, header
+``X-Policy-Version``). A chat call with a session id (header ``X-Rollgym-Session`` or body
+``session_id``) is recorded as that session's model turn; see ``server.sessions``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+
+from server.chat import ChatCodec
+from server.errors import BadRequest
+from server.policy import Generation
+from server.routes.deps import Services, ServicesDep
+from server.routes.openai_schema import (
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ChatLogprobs,
+    ChatMessageOut,
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    TokenLogprob,
+    usage,
+)
+from server.wire import SamplingSettings
+
+router = APIRouter(prefix="/v1")
+VERSION_HEADER = "X-Policy-Version"
+
+
+@router.get("/models")
+async def models(services: ServicesDep) -> ModelList:
+    return ModelList(data=[ModelCard(id=services.settings.engine.model_name)])
+
+
+@router.post("/chat/completions")
+async def chat_completions(
+    body: ChatCompletionRequest,
+    response: Response,
+    services: ServicesDep,
+    x_rollgym_session: Annotated[str | None, Header()] = None,
+) -> ChatCompletion:
+    _check_model(body.model, services)
+    sampling = _sampling(services, body.temperature, body.top_p, body.token_limit)
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    for message in messages:
+        message.setdefault("content", "")
+    session_id = body.session_id or x_rollgym_session
+    codec = services.codec
+    if session_id is not None:
+        generation = await services.sessions.generate(
+            session_id, messages, sampling, tools=body.tools
+        )
+        prompt_ids = None
+    else:
+        prompt_ids = codec.first_prompt(messages, tools=body.tools)
+        generation = await services.policy.generate(
+            prompt_ids, sampling, stop_token_ids=[codec.eos_id]
+        )
+    response.headers[VERSION_HEADER] = str(generation.policy_version)
+    choice = ChatChoice(
+        message=ChatMessageOut(content=codec.decode(generation.token_ids)),
+        finish_reason=generation.finish_reason,
+        logprobs=ChatLogprobs(content=_token_logprobs(codec, generation))
+        if body.logprobs
+        else None,
+        token_ids=generation.token_ids if body.return_token_ids else None,
+    )
+    return ChatCompletion(
+        model=body.model,
+        choices=[choice],
+        usage=usage(generation.prompt_tokens, len(generation.token_ids), generation.cached_tokens),
+        policy_version=generation.policy_version,
+        prompt_token_ids=prompt_ids if body.return_token_ids else None,
+        session_id=session_id,
+    )
+
+
+@router.post("/completions")
+async def completions(
+    body: CompletionRequest, response: Response, services: ServicesDep
+) -> Completion:
+    _check_model(body.model, services)
+    sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)
+    codec = services.codec
+    prompt_ids = codec.encode(body.prompt) if isinstance(body.prompt, str) else body.prompt
+    generation = await services.policy.generate(prompt_ids, sampling)
+    response.headers[VERSION_HEADER] = str(generation.policy_version)
+    logprobs = None
+    if body.logprobs is not None:
+        tokens = [t.token for t in _token_logprobs(codec, generation)]
+        offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+        logprobs = CompletionLogprobs(
+            tokens=tokens, token_logprobs=generation.logprobs, text_offset=offsets
+        )
+    choice = CompletionChoice(
+        text=codec.decode(generation.token_ids),
+        finish_reason=generation.finish_reason,
+        logprobs=logprobs,
+        token_ids=generation.token_ids if body.return_token_ids else None,
+    )
+    return Completion(
+        model=body.model,
+        choices=[choice],
+        usage=usage(generation.prompt_tokens, len(generation.token_ids), generation.cached_tokens),
+        policy_version=generation.policy_version,
+        prompt_token_ids=list(prompt_ids) if body.return_token_ids else None,
+    )
+
+
+def _check_model(model: str, services: Services) -> None:
+    served = services.settings.engine.model_name
+    if model != served:
+        raise BadRequest(f"this server serves model {served!r}, not {model!r}")
+
+
+def _sampling(
+    services: Services, temperature: float | None, top_p: float | None, max_tokens: int | None
+) -> SamplingSettings:
+    defaults = services.settings.engine.sampling
+    return SamplingSettings(
+        temperature=defaults.temperature if temperature is None else temperature,
+        top_p=defaults.top_p if top_p is None else top_p,
+        max_tokens=defaults.max_tokens if max_tokens is None else max_tokens,
+    )
+
+
+def _token_logprobs(codec: ChatCodec, generation: Generation) -> list[TokenLogprob]:
+    out = []
+    for token_id, logprob in zip(generation.token_ids, generation.logprobs, strict=True):
+        text = codec.tokenizer.decode([token_id])
+        out.append(TokenLogprob(token=text, logprob=logprob, bytes=list(text.encode())))
+    return out
