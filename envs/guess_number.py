@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from envs.core import ChatEnv, Clock, Opening, Turn
@@ -89,8 +90,8 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         *,
         low: int = 1,
         high: int = 16,
-        step_reward: GuessStepReward | None = None,
-        terminal_reward: GuessTerminalReward | None = None,
+        step_reward: Callable[[GuessStep], float] | None = None,
+        terminal_reward: Callable[[GuessEpisode], float] | None = None,
         clock: Clock | None = None,
     ):
         if low > high:

@@ -20,18 +20,20 @@ import json
 import posixpath
 import secrets
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
 from envs import pyrunner
-from envs.core import Clock, Opening, Turn
+from envs.core import Opening, Turn
 from envs.messages import clip_text, system, user
 from envs.parsing import extract_code
 from envs.programs import Program, RunShell, write_file
-from envs.sandboxed import SandboxEnv
+from envs.sandboxed import SandboxEnv, SandboxOptions
 from envs.tasksets import PythonTask, choose, task_set
-from sandboxes.base import TMP_DIR, SandboxPool
+from sandboxes.base import TMP_DIR
 
 SYSTEM_PROMPT = (
     "Write the Python function described by the user. Reply with one ```python code block "
@@ -86,19 +88,18 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
     def __init__(
         self,
         *,
-        sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[PythonTask] | None = None,
         task_file: str | None = None,
         test_timeout_s: float = 2.0,
-        command_timeout_s: float = 20.0,
-        step_reward: TestsProgressReward | None = None,
-        clock: Clock | None = None,
+        step_reward: Callable[[TestsStep], float] | None = None,
+        terminal_reward: Callable[[TestsEpisode], float] | None = None,
+        **options: Unpack[SandboxOptions],
     ):
+        options.setdefault("command_timeout_s", 20.0)
         super().__init__(
             step_reward=step_reward or TestsProgressReward(),
-            sandbox_pool=sandbox_pool,
-            command_timeout_s=command_timeout_s,
-            clock=clock,
+            terminal_reward=terminal_reward,
+            **options,
         )
         self.tasks = task_set(PythonTask, tasks, task_file, "python_tests")
         self.test_timeout_s = test_timeout_s

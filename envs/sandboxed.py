@@ -23,7 +23,7 @@ import abc
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from gymnasium.envs.registration import EnvSpec
 
@@ -68,6 +68,17 @@ def describe_result(result: ExecResult, limit: int) -> str:
     if result.truncated:
         parts.append("(output was cut at the sandbox's limit)")
     return "\n".join(parts)
+
+
+class SandboxOptions(TypedDict, total=False):
+    """Keyword options every sandboxed env takes (``gymnasium.make(id, **options)``)."""
+
+    sandbox_pool: SandboxPool | None
+    acquire_timeout_s: float
+    command_timeout_s: float
+    max_feedback_chars: int
+    max_action_chars: int
+    clock: Clock | None
 
 
 class SandboxEnv(ChatEnv[StepT, EpisodeT]):

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs.core import Clock, Opening, Turn
+from typing_extensions import Unpack
+
+from envs.core import Opening, Turn
 from envs.errors import InfraError
 from envs.messages import clip_text, system, user
 from envs.parsing import extract_code
 from envs.programs import Program, RunShell, shell
-from envs.sandboxed import SandboxEnv, describe_result
+from envs.sandboxed import SandboxEnv, SandboxOptions, describe_result
 from envs.tasksets import ShellTask, choose, task_set
-from sandboxes.base import SandboxPool
 
 SYSTEM_PROMPT = (
     "You are in a Linux shell, in your working directory. Reach the goal the user describes. "
@@ -79,18 +80,16 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
     def __init__(
         self,
         *,
-        sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[ShellTask] | None = None,
         task_file: str | None = None,
-        command_timeout_s: float = 10.0,
-        step_reward: ChecksProgressReward | None = None,
-        clock: Clock | None = None,
+        step_reward: Callable[[ChecksStep], float] | None = None,
+        terminal_reward: Callable[[ChecksEpisode], float] | None = None,
+        **options: Unpack[SandboxOptions],
     ):
         super().__init__(
             step_reward=step_reward or ChecksProgressReward(),
-            sandbox_pool=sandbox_pool,
-            command_timeout_s=command_timeout_s,
-            clock=clock,
+            terminal_reward=terminal_reward,
+            **options,
         )
         self.tasks = task_set(ShellTask, tasks, task_file, "shell")
         self._task = self.tasks[0]

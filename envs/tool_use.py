@@ -20,18 +20,20 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs.core import Clock, Opening, Turn
+from typing_extensions import Unpack
+
+from envs.core import Opening, Turn
 from envs.errors import ActionError
 from envs.messages import Message, clean_text, clip_text, system, tool, user
 from envs.parsing import has_tool_call, parse_tool_calls
 from envs.programs import Program, RunPython, RunShell, read_file, write_file
-from envs.sandboxed import SandboxEnv
+from envs.sandboxed import SandboxEnv, SandboxOptions
 from envs.tasksets import ToolTask, choose, task_set
 from envs.tools import Tool, ToolCall
-from sandboxes.base import SandboxFileError, SandboxPool
+from sandboxes.base import SandboxFileError
 
 SYSTEM_PROMPT = (
     "Answer the user's question. You may call the tools; they run in a sandbox where the "
@@ -119,20 +121,16 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
     def __init__(
         self,
         *,
-        sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[ToolTask] | None = None,
         task_file: str | None = None,
-        command_timeout_s: float = 10.0,
-        step_reward: ToolStepReward | None = None,
-        terminal_reward: AnswerReward | None = None,
-        clock: Clock | None = None,
+        step_reward: Callable[[ToolStep], float] | None = None,
+        terminal_reward: Callable[[AnswerEpisode], float] | None = None,
+        **options: Unpack[SandboxOptions],
     ):
         super().__init__(
             step_reward=step_reward or ToolStepReward(),
             terminal_reward=terminal_reward or AnswerReward(),
-            sandbox_pool=sandbox_pool,
-            command_timeout_s=command_timeout_s,
-            clock=clock,
+            **options,
         )
         self.tasks = task_set(ToolTask, tasks, task_file, "tool_use")
         self.tools = [t.to_openai() for t in TOOLS]
