@@ -171,6 +171,11 @@ class SandboxEnv(ChatEnv[StepT, EpisodeT]):
             super().close()
 
     @property
+    def sandbox_pool(self) -> SandboxPool | None:
+        """The pool boxes come from (None before the first reset of an env that owns one)."""
+        return self._pool
+
+    @property
     def spec(self) -> EnvSpec | None:
         return self._spec
 
