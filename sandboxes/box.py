@@ -5,16 +5,23 @@ calls are the same: build a request with the call's timeout and the output cap, 
 most ``timeout + host_grace_s`` for the reply, and translate it. A transport failure, a
 failed reset or an OOM kill marks the box ``DEAD`` (``SandboxDied``/``SandboxOOM``); a
 command past its timeout raises ``SandboxTimeout`` and leaves the box ``READY``.
+
+Python calls go straight to the box's Python worker (its own socket beside the
+executor's): one hop per call. When that connection drops mid-call (the worker was killed
+at its deadline, ran out of memory, or called ``os._exit``), the executor is asked
+(``python_exit``) how it ended, and the answer is the call's result.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from . import metrics as m
+from .agent.executor import PYTHON_SOCKET_NAME
 from .agent.framing import Message
 from .base import (
     ExecResult,
@@ -48,6 +55,9 @@ class ExecutorSandbox:
     ) -> None:
         self._id = box_id
         self._client = ExecutorClient(socket_path)
+        self._python = ExecutorClient(
+            os.path.join(os.path.dirname(socket_path), PYTHON_SOCKET_NAME)
+        )
         self._config = config
         self._metrics = metrics or m.NullMetrics()
         self._map_path = map_path
@@ -71,7 +81,16 @@ class ExecutorSandbox:
         return self._exec("shell", {"command": command}, timeout)
 
     def run_python(self, code: str, *, timeout: float | None = None) -> ExecResult:
-        return self._exec("python", {"code": code}, timeout)
+        request = self._command_request("python", {"code": code}, timeout)
+        start = time.perf_counter()
+        self._check_usable()
+        try:
+            reply = self._python.call(request, request["timeout"] + self._config.host_grace_s)
+        except TransportError:
+            self._python.close()
+            reply = self._call(self._lost_python_request(), self._config.host_grace_s)
+            reply["duration_s"] = time.perf_counter() - start  # the box could not time it
+        return self._exec_result(request, reply, time.perf_counter() - start)
 
     def write_file(self, path: str, content: bytes | str) -> None:
         self._call_timed(
@@ -94,7 +113,17 @@ class ExecutorSandbox:
         return await self._aexec("shell", {"command": command}, timeout)
 
     async def arun_python(self, code: str, *, timeout: float | None = None) -> ExecResult:
-        return await self._aexec("python", {"code": code}, timeout)
+        request = self._command_request("python", {"code": code}, timeout)
+        start = time.perf_counter()
+        self._check_usable()
+        try:
+            deadline = request["timeout"] + self._config.host_grace_s
+            reply = await self._python.acall(request, deadline)
+        except TransportError:
+            self._python.close()
+            reply = await self._acall(self._lost_python_request(), self._config.host_grace_s)
+            reply["duration_s"] = time.perf_counter() - start  # the box could not time it
+        return self._exec_result(request, reply, time.perf_counter() - start)
 
     async def awrite_file(self, path: str, content: bytes | str) -> None:
         request = self._write_request(path, content)
@@ -124,6 +153,7 @@ class ExecutorSandbox:
         """Drop the connections (the box's owner stops the executor)."""
         self._state = SandboxState.CLOSED
         self._client.close()
+        self._python.close()
 
     # -- requests and replies -----------------------------------------------------------------
     def _command_request(self, op: str, fields: dict[str, Any], timeout: float | None) -> Message:
@@ -131,6 +161,9 @@ class ExecutorSandbox:
         if seconds <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         return {"op": op, **fields, "timeout": seconds, "cap": self._config.output_limit_bytes}
+
+    def _lost_python_request(self) -> Message:
+        return {"op": "python_exit", "cap": self._config.output_limit_bytes}
 
     def _write_request(self, path: str, content: bytes | str) -> Message:
         data = content.encode() if isinstance(content, str) else content
@@ -235,5 +268,6 @@ class ExecutorSandbox:
         return result
 
     def _finish_reset(self, reply: Message, start: float) -> None:
+        self._python.close()  # the next Python call meets the fresh worker
         self.timeouts = 0
         self._metrics.observe(m.RESET, time.perf_counter() - start)

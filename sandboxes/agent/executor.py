@@ -7,12 +7,16 @@ safe when an init is our parent in a container), or on the host by the fake sand
 Requests and replies are frames (``framing``); one request is served at a time, from any
 number of host connections. Every request names an ``op``::
 
-    ping                         -> {ok, pid}
+    ping                           -> {ok, pid}
     shell  {command, timeout, cap} -> {ok, exit_code, stdout, stderr, truncated,
-    python {code, timeout, cap}       duration_s, timed_out, oom}
-    write  {path, data (base64)}  -> {ok}
-    read   {path, max_bytes}      -> {ok, data (base64)}
-    reset                        -> {ok, duration_s}
+                                        duration_s, timed_out, oom}
+    python_exit {cap}              -> the same, for a Python call the host lost
+    write  {path, data (base64)}   -> {ok}
+    read   {path, max_bytes}       -> {ok, data (base64)}
+    reset                          -> {ok, duration_s}
+
+Python calls go to the Python worker's own socket (``pyworker``), with the same request
+and reply as ``shell`` (``{op: python, code, timeout, cap}``).
 
 A failed request answers ``{ok: false, error: bad_request | file | reset_failed, message}``.
 The socket appears (atomically, by rename) only once the executor is listening.
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import selectors
 import shutil
 import socket
 import stat
@@ -32,13 +35,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .framing import FrameError, Message, recv_frame, send_frame
+from .framing import Message
 from .processes import kill_everything_else, kill_group, oom_kill_count, reap_children
 from .pyworker import PythonWorker
 from .result import CallResult
+from .server import listen, serve
 from .shell import run_shell
 
 OOM_EXIT_CODE = 137  # 128 + SIGKILL: how the OOM killer's victims exit
+PYTHON_SOCKET_NAME = "python.sock"
 
 
 class RequestError(Exception):
@@ -52,13 +57,13 @@ class Executor:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.worker = PythonWorker(args.work_dir, args.python_grace)
+        self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace)
         self.groups: set[int] = set()  # shell process groups that may still hold processes
         self.oom_seen = oom_kill_count() or 0
         self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
             "ping": lambda req, host: {"ok": True, "pid": os.getpid()},
             "shell": self.shell,
-            "python": self.python,
+            "python_exit": self.python_exit,
             "write": self.write,
             "read": self.read,
             "reset": self.reset,
@@ -88,11 +93,11 @@ class Executor:
             self.groups.add(pgid)
         return self._with_oom(result).to_message()
 
-    def python(self, req: Message, host: socket.socket | None) -> Message:
-        result = self.worker.run(
-            req["code"], timeout=float(req["timeout"]), cap=int(req["cap"]), host=host
-        )
-        return self._with_oom(result).to_message()
+    def python_exit(self, req: Message, host: socket.socket | None) -> Message:
+        """The host lost a Python call: report how the worker ended, start a fresh one."""
+        result = self._with_oom(self.worker.end_report(int(req["cap"])))
+        self.worker.start()
+        return result.to_message()
 
     def _with_oom(self, result: CallResult) -> CallResult:
         """Mark a SIGKILLed call as OOM when the cgroup's oom_kill counter moved."""
@@ -168,48 +173,14 @@ def wipe(folder: str) -> None:
                 os.unlink(entry.path)
 
 
-def listen(path: str) -> socket.socket:
-    """Bind and listen on ``path``, made visible by an atomic rename once ready."""
-    staging = f"{path}.{os.getpid()}"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(staging)
-    os.chmod(staging, 0o666)  # the host connects as another uid; the folder guards access
-    server.listen(64)
-    os.rename(staging, path)
-    return server
-
-
-def serve(executor: Executor, server: socket.socket, exit_with_parent: bool) -> None:
-    parent = os.getppid()
-    selector = selectors.DefaultSelector()
-    selector.register(server, selectors.EVENT_READ)
-    while True:
-        ready = selector.select(timeout=1.0)
-        if exit_with_parent and os.getppid() != parent:
-            return
-        for key, _ in ready:
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            if sock is server:
-                conn, _ = server.accept()
-                selector.register(conn, selectors.EVENT_READ)
-                continue
-            try:
-                request = recv_frame(sock)
-                if request is not None:
-                    send_frame(sock, executor.handle(request, sock))
-                    continue
-            except (FrameError, OSError):
-                pass
-            selector.unregister(sock)
-            sock.close()
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agent.executor", description=__doc__)
     parser.add_argument("--socket", required=True, help="unix socket path to listen on")
     parser.add_argument("--work-dir", required=True, help="where commands start")
     parser.add_argument("--wipe", action="append", default=[], help="folder reset empties")
+    parser.add_argument(
+        "--python-socket", help="the Python worker's socket (default: beside --socket)"
+    )
     parser.add_argument("--shell", default="/bin/bash")
     parser.add_argument("--python-grace", type=float, default=0.5)
     parser.add_argument("--contained", action="store_true", help="reset kills every process")
@@ -224,9 +195,19 @@ def main(argv: list[str] | None = None) -> int:
             "agent.executor: --contained needs an init as parent (docker --init)", file=sys.stderr
         )
         return 2
+    args.python_socket = args.python_socket or os.path.join(
+        os.path.dirname(args.socket), PYTHON_SOCKET_NAME
+    )
     os.chdir(args.work_dir)
+    executor = Executor(args)
+    executor.worker.start()  # listening before the executor's socket appears
     server = listen(args.socket)
-    serve(Executor(args), server, args.exit_with_parent)
+    serve(
+        server,
+        executor.handle,
+        tick=executor.worker.watch,
+        exit_with=os.getppid() if args.exit_with_parent else None,
+    )
     return 0
 
 

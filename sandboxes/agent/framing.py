@@ -2,7 +2,8 @@
 
 A frame is a 4-byte big-endian body length, then a UTF-8 JSON object. Bytes (file
 contents) travel base64-encoded inside the JSON. A peer that closes between frames is a
-clean end (``recv_frame`` returns ``None``); a close inside a frame is a ``FrameError``.
+clean end (``FrameReader.read`` returns ``None``); a close inside a frame is a
+``FrameError``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 HEADER = struct.Struct("!I")
 MAX_FRAME_BYTES = 1 << 28  # 256 MiB: a guard against a corrupt length, not a quota
+READ_SIZE = 1 << 16
 
 Message = dict[str, Any]
 
@@ -30,7 +32,7 @@ def encode_frame(message: Mapping[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def body_length(header: bytes) -> int:
+def body_length(header: bytes | bytearray) -> int:
     (length,) = HEADER.unpack(header)
     if length > MAX_FRAME_BYTES:
         raise FrameError(f"frame length {length} exceeds {MAX_FRAME_BYTES}")
@@ -47,26 +49,43 @@ def decode_body(body: bytes) -> Message:
     return message
 
 
-def _recv_exact(sock: socket.socket, size: int, *, at_boundary: bool) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = sock.recv(size - len(buf))
-        if not chunk:
-            if at_boundary and not buf:
+class FrameReader:
+    """Reads frames from a blocking socket, a whole buffer at a time.
+
+    One ``recv`` usually brings a whole frame (header and body), so a call costs one
+    system call instead of two.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = bytearray()
+
+    def _take(self) -> Message | None:
+        if len(self._buf) < HEADER.size:
+            return None
+        end = HEADER.size + body_length(self._buf[: HEADER.size])
+        if len(self._buf) < end:
+            return None
+        body = bytes(self._buf[HEADER.size : end])
+        del self._buf[:end]
+        return decode_body(body)
+
+    def has_frame(self) -> bool:
+        """Whether a whole frame is already buffered (a peer that sent two at once)."""
+        if len(self._buf) < HEADER.size:
+            return False
+        return len(self._buf) >= HEADER.size + body_length(self._buf[: HEADER.size])
+
+    def read(self) -> Message | None:
+        """The next frame; ``None`` when the peer closed cleanly between frames."""
+        while (message := self._take()) is None:
+            chunk = self.sock.recv(READ_SIZE)
+            if not chunk:
+                if self._buf:
+                    raise FrameError(f"peer closed inside a frame ({len(self._buf)} bytes read)")
                 return None
-            raise FrameError(f"peer closed after {len(buf)} of {size} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def recv_frame(sock: socket.socket) -> Message | None:
-    """Read one frame from a blocking socket; ``None`` when the peer closed cleanly."""
-    header = _recv_exact(sock, HEADER.size, at_boundary=True)
-    if header is None:
-        return None
-    body = _recv_exact(sock, body_length(header), at_boundary=False)
-    assert body is not None
-    return decode_body(body)
+            self._buf += chunk
+        return message
 
 
 def send_frame(sock: socket.socket, message: Mapping[str, Any]) -> None:

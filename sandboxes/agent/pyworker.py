@@ -1,46 +1,60 @@
-"""The agent's Python namespace, kept alive between calls in a forked child of the executor.
+"""The agent's Python namespace, in a forked child of the executor that the host calls directly.
 
-Forking (rather than starting ``python3``) makes a fresh namespace cost about a
-millisecond, and keeps agent code out of the executor's own process: ``os._exit`` or a
-segfault ends the worker, not the box. The worker runs each snippet REPL-style: the value
-of a trailing expression is printed (and kept as ``_``), ``SystemExit`` sets the exit code
-without ending the namespace, an exception prints its traceback and exits 1.
+The worker listens on its own socket (``python.sock`` next to the executor's), so a Python
+call costs one hop, host <-> worker. Forking (rather than starting ``python3``) makes a
+fresh namespace cost about a millisecond; a separate process keeps agent code away from
+the executor: ``os._exit``, a segfault or a patched module ends the worker, not the box.
 
-A call past its timeout first gets SIGINT (``KeyboardInterrupt``, namespace kept); a
-worker that still does not answer within ``grace`` seconds is killed with its group and
-replaced by a fresh one (namespace lost, said on stderr).
+Each snippet runs REPL-style: a trailing expression's value is printed (and kept as
+``_``), ``SystemExit`` sets the exit code and keeps the namespace, an exception prints
+its traceback and exits 1. Output goes to two memfds on fds 1 and 2 (so ``print`` and
+child processes land in order, nothing blocks on a full pipe), read up to the cap after
+the call and emptied.
+
+Timeouts are the executor's job, through a deadline the worker writes into shared memory
+at each call: past it, the executor sends SIGINT (``KeyboardInterrupt``, the namespace
+lives on); a worker still busy ``grace`` seconds later is SIGKILLed with its group. The
+host then sees its connection drop and asks the executor (``python_exit``) how the worker
+ended; the executor answers with the partial output and starts a fresh worker.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import mmap
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
-from .framing import FrameError, recv_frame, send_frame
+from .framing import Message
 from .processes import exit_code_of, kill_group
 from .result import CallResult
-from .streams import CappedOutput, Outcome, drain, pump
+from .server import listen, serve
 
+DEADLINE = struct.Struct("d")  # monotonic seconds; 0.0 while no call runs
 FD_LIMIT = 1 << 20
 NAMESPACE_LOST = "rollgym: the Python process ended; its namespace was reset\n"
+WATCH_INTERVAL_S = 0.1
 
 
 class _Interruptible:
     """SIGINT raises KeyboardInterrupt only while agent code runs, never in our own loop."""
 
     running = False
+    interrupted = False
 
     @classmethod
     def handler(cls, signum: int, frame: FrameType | None) -> None:
         if cls.running:
+            cls.interrupted = True
             raise KeyboardInterrupt
 
 
@@ -67,112 +81,158 @@ def execute(source: str, namespace: dict[str, Any]) -> int:
         sys.stderr.write("".join(traceback.format_exception_only(exc)))
         return 1
     except BaseException as exc:
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        sys.stderr.write("".join(traceback.format_exception(type(exc), exc, tb)))
+        report = traceback.TracebackException.from_exception(exc)
+        # Our own frames (this function, the SIGINT handler) are no part of the agent's error.
+        report.stack = traceback.StackSummary.from_list(
+            [frame for frame in report.stack if frame.filename != __file__]
+        )
+        sys.stderr.write("".join(report.format()))
         return 1
     finally:
         _Interruptible.running = False
 
 
-def _worker_main(ctrl: socket.socket, out_w: int, err_w: int, cwd: str) -> None:
+def take_output(fd: int, cap: int) -> tuple[str, bool]:
+    """Read (up to ``cap`` bytes) and empty a memfd; also whether it held more."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return "", False
+    data = os.pread(fd, cap, 0)
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return data.decode("utf-8", errors="replace"), size > cap
+
+
+class _Session:
+    """The worker's side: one namespace, calls timed against the shared deadline."""
+
+    def __init__(self, deadline: mmap.mmap) -> None:
+        self.deadline = deadline
+        self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+
+    def handle(self, request: Message, host: socket.socket) -> Message:
+        if request.get("op") == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        if request.get("op") != "python":
+            return {"ok": False, "error": "bad_request", "message": "the worker runs Python only"}
+        start = time.monotonic()
+        cap = int(request["cap"])
+        _Interruptible.interrupted = False
+        DEADLINE.pack_into(self.deadline, 0, start + float(request["timeout"]))
+        try:
+            exit_code = execute(request["code"], self.namespace)
+        finally:
+            DEADLINE.pack_into(self.deadline, 0, 0.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out, out_cut = take_output(1, cap)
+        err, err_cut = take_output(2, cap)
+        return CallResult(
+            exit_code=exit_code,
+            stdout=out,
+            stderr=err,
+            truncated=out_cut or err_cut,
+            duration_s=time.monotonic() - start,
+            timed_out=_Interruptible.interrupted,
+        ).to_message()
+
+
+def _terminal_like(fd: int) -> TextIO:
+    """A line-buffered text stream on ``fd``: prints and child processes' output keep their
+    order, as on a terminal. It lives as long as the worker."""
+    return open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+
+
+def _worker_main(server: socket.socket, out: int, err: int, cwd: str, deadline: mmap.mmap) -> None:
+    parent = os.getppid()
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
-    for src, dst in ((devnull, 0), (out_w, 1), (err_w, 2)):
+    for src, dst in ((devnull, 0), (out, 1), (err, 2)):
         os.dup2(src, dst)
-    keep = ctrl.fileno()
+    keep = server.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, FD_LIMIT)
     signal.signal(signal.SIGINT, _Interruptible.handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.chdir(cwd)
-    # The worker's whole life is these two streams; they end with the process.
-    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-    while (request := recv_frame(ctrl)) is not None:
-        exit_code = execute(request["code"], namespace)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        send_frame(ctrl, {"exit_code": exit_code})
+    sys.stdout, sys.stderr = _terminal_like(1), _terminal_like(2)
+    serve(server, _Session(deadline).handle, exit_with=parent)
 
 
 class PythonWorker:
-    """The executor's handle on its forked Python worker."""
+    """The executor's handle on its Python worker: start, watch the deadline, stop, report."""
 
-    def __init__(self, cwd: str, grace: float) -> None:
+    def __init__(self, socket_path: str, cwd: str, grace: float) -> None:
+        self.socket_path = socket_path
         self.cwd = cwd
         self.grace = grace
         self.pid: int | None = None
-        self._ctrl: socket.socket | None = None
-        self._outputs: dict[int, CappedOutput] = {}
+        self.deadline = mmap.mmap(-1, DEADLINE.size)  # shared with every forked worker
+        self._outputs: tuple[int, int] | None = None
+        self._interrupted: float | None = None  # the deadline we sent SIGINT for
+        self.killed = False  # by the watchdog, past deadline + grace
 
     def start(self) -> None:
-        ctrl, child_ctrl = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        """Fork a fresh worker; its socket is listening when this returns."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        DEADLINE.pack_into(self.deadline, 0, 0.0)
+        self._close_outputs()
+        out, err = os.memfd_create("stdout"), os.memfd_create("stderr")
+        server = listen(self.socket_path)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the child never returns into the executor's code
             try:
-                ctrl.close()
-                _worker_main(child_ctrl, out_w, err_w, self.cwd)
+                _worker_main(server, out, err, self.cwd, self.deadline)
             finally:
                 os._exit(0)
-        child_ctrl.close()
-        os.close(out_w)
-        os.close(err_w)
-        for fd in (out_r, err_r):
-            os.set_blocking(fd, False)
-        self.pid, self._ctrl = pid, ctrl
-        self._outputs = {out_r: CappedOutput(0), err_r: CappedOutput(0)}
+        server.close()
+        self.pid, self._outputs = pid, (out, err)
+        self._interrupted, self.killed = None, False
+
+    def watch(self) -> float:
+        """Enforce the running call's deadline; return when to look again (seconds)."""
+        if self.pid is None:
+            return 1.0
+        (deadline,) = DEADLINE.unpack_from(self.deadline, 0)
+        now = time.monotonic()
+        if deadline == 0.0 or now < deadline:
+            return WATCH_INTERVAL_S if deadline == 0.0 else min(deadline - now, WATCH_INTERVAL_S)
+        if self._interrupted != deadline:
+            self._interrupted = deadline
+            os.killpg(self.pid, signal.SIGINT)
+            return self.grace
+        if now >= deadline + self.grace:
+            kill_group(self.pid)
+            self.killed = True
+            return WATCH_INTERVAL_S
+        return deadline + self.grace - now
 
     def stop(self) -> int | None:
-        """Kill the worker and its group; return its exit code if it had one."""
+        """Kill the worker and its group; return its exit code if there was one."""
         if self.pid is None:
             return None
         kill_group(self.pid)
         _, status = os.waitpid(self.pid, 0)
-        assert self._ctrl is not None
-        self._ctrl.close()
-        for fd in self._outputs:
-            os.close(fd)
-        self.pid, self._ctrl, self._outputs = None, None, {}
+        self.pid = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
         return exit_code_of(os.waitstatus_to_exitcode(status))
 
-    def run(self, code: str, *, timeout: float, cap: int, host: socket.socket | None) -> CallResult:
-        start = time.monotonic()
-        if self.pid is None:
-            self.start()
-        assert self._ctrl is not None and self.pid is not None
-        drain(self._outputs)  # leftovers of background output belong to no call
-        out, err = CappedOutput(cap), CappedOutput(cap)
-        outputs = dict(zip(self._outputs, (out, err), strict=True))
-        send_frame(self._ctrl, {"code": code})
-        outcome = pump(outputs, self._ctrl.fileno(), start + timeout, host)
-        timed_out = outcome is not Outcome.DONE
-        if timed_out:
-            os.killpg(self.pid, signal.SIGINT)
-            outcome = pump(outputs, self._ctrl.fileno(), time.monotonic() + self.grace)
-        reply = self._reply() if outcome is Outcome.DONE else None
-        drain(outputs)
-        if reply is not None:
-            exit_code = int(reply["exit_code"])
-        else:  # the worker died, or would not stop: its namespace is gone
-            exit_code = self.stop() or 0
-            err.feed(NAMESPACE_LOST.encode())
-        return CallResult(
-            exit_code=exit_code,
-            stdout=out.text(),
-            stderr=err.text(),
-            truncated=out.truncated or err.truncated,
-            duration_s=time.monotonic() - start,
-            timed_out=timed_out,
-        )
+    def end_report(self, cap: int) -> CallResult:
+        """How the worker ended (the host lost it mid-call), with its last output."""
+        killed = self.killed
+        exit_code = self.stop() or 0
+        out, out_cut, err, err_cut = "", False, "", False
+        if self._outputs is not None:
+            out, out_cut = take_output(self._outputs[0], cap)
+            err, err_cut = take_output(self._outputs[1], cap)
+        return CallResult(exit_code, out, err + NAMESPACE_LOST, out_cut or err_cut, 0.0, killed)
 
-    def _reply(self) -> dict[str, Any] | None:
-        assert self._ctrl is not None
-        try:
-            return recv_frame(self._ctrl)
-        except (FrameError, OSError):
-            return None
+    def _close_outputs(self) -> None:
+        if self._outputs is not None:
+            for fd in self._outputs:
+                os.close(fd)
+            self._outputs = None

@@ -27,10 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import requests
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount
+
+import docker
 
 from .. import agent
 from ..base import TMP_DIR, WORK_DIR, SandboxError

@@ -1,0 +1,275 @@
+"""Sandbox benchmark: one ``docker exec`` per turn (the baseline) vs the in-box executor.
+
+    .venv/bin/python -m bench.sandboxes [--sizes 1,8,32] [--seconds 3]
+
+Per-turn latency (p50/p90/p99) and total turns/s at each number of concurrent boxes, for
+``docker exec <box> true`` (through the Docker SDK, as a naive env would) and for our
+executor (a shell ``true`` and a Python statement ``x = 1``, driven by asyncio, one task
+per box); then cold start, reset (vs recreating a container), warm-up of the pool, and
+acquire from a warm pool. Ratios are against the baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvloop
+
+import docker
+from sandboxes.base import Sandbox
+from sandboxes.config import PoolConfig
+from sandboxes.docker import DockerSandboxPool
+from sandboxes.docker.provider import LABEL_POOL, DockerProvider
+
+TARGETS = {
+    "python_p50_ms": 1.0,
+    "python_vs_exec": 50.0,
+    "turns_per_s_32": 5000.0,
+    "reset_p50_ms": 40.0,
+    "acquire_p50_ms": 1.0,
+}
+
+
+@dataclass
+class Series:
+    name: str
+    boxes: int
+    latencies: list[float]
+    elapsed: float
+    cpu_s: float | None = None  # host process + boxes' cgroups, when measurable
+
+    @property
+    def cpu_us_per_turn(self) -> float | None:
+        return None if self.cpu_s is None else self.cpu_s / len(self.latencies) * 1e6
+
+    def pct(self, q: int) -> float:
+        if len(self.latencies) < 2:
+            return self.latencies[0] * 1e3 if self.latencies else float("nan")
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[q - 1] * 1e3
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.elapsed
+
+
+def docker_exec_turns(containers: list, seconds: float) -> Series:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def worker(container) -> None:
+        mine = []
+        while time.perf_counter() < stop:
+            start = time.perf_counter()
+            exit_code, _ = container.exec_run(["true"], user="1000:1000")
+            mine.append(time.perf_counter() - start)
+            assert exit_code == 0
+        with lock:
+            latencies.extend(mine)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(c,)) for c in containers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return Series("docker exec `true`", len(containers), latencies, time.perf_counter() - start)
+
+
+def container_cpu_s(container_ids: list[str]) -> float | None:
+    """CPU seconds the containers used so far (cgroup v1 cpuacct or v2 cpu.stat)."""
+    total = 0.0
+    for cid in container_ids:
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        if v1.is_file():
+            total += int(v1.read_text()) / 1e9
+        elif v2.is_file():
+            usage = dict(line.split() for line in v2.read_text().splitlines())
+            total += int(usage["usage_usec"]) / 1e6
+        else:
+            return None
+    return total
+
+
+async def executor_turns(
+    boxes: list[Sandbox], op: str, seconds: float, container_ids: list[str]
+) -> Series:
+    latencies: list[float] = []
+    host_before, boxes_before = time.process_time(), container_cpu_s(container_ids)
+    stop = time.perf_counter() + seconds
+
+    async def worker(box: Sandbox) -> None:
+        call = box.arun_python if op == "python" else box.arun_shell
+        text = "x = 1" if op == "python" else "true"
+        while time.perf_counter() < stop:
+            start = time.perf_counter()
+            await call(text)
+            latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(box) for box in boxes))
+    elapsed = time.perf_counter() - start
+    boxes_after = container_cpu_s(container_ids)
+    cpu = None
+    if boxes_before is not None and boxes_after is not None:
+        cpu = time.process_time() - host_before + boxes_after - boxes_before
+    name = "executor python `x = 1`" if op == "python" else "executor shell `true`"
+    return Series(name, len(boxes), latencies, elapsed, cpu)
+
+
+def timed(
+    action: Callable[[], object], repeat: int, before: Callable[[], object] | None = None
+) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def p50_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e3
+
+
+def cold_starts(config: PoolConfig, repeat: int) -> tuple[list[float], list[float]]:
+    """Sequential create+start+first answer, and stop+remove, of single boxes."""
+    provider = DockerProvider(config)
+    provider.open()
+    starts, stops = [], []
+    try:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            box = provider.start_box()
+            starts.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            provider.stop_box(box)
+            stops.append(time.perf_counter() - start)
+    finally:
+        provider.close()
+    return starts, stops
+
+
+def print_turns(rows: list[Series], baselines: dict[int, Series]) -> None:
+    print(f"{'turn':<26}{'boxes':>6}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}"
+          f"{'turns/s':>10}{'p50 x':>9}{'rate x':>9}{'cpu us':>9}{'cpu-bound/s':>13}")  # fmt: skip
+    cores = os.cpu_count() or 1
+    for row in rows:
+        base = baselines[row.boxes]
+        cpu = row.cpu_us_per_turn
+        cpu_text = f"{cpu:>9.0f}{cores * 1e6 / cpu:>13.0f}" if cpu else f"{'-':>9}{'-':>13}"
+        print(
+            f"{row.name:<26}{row.boxes:>6}{row.pct(50):>10.3f}{row.pct(90):>10.3f}"
+            f"{row.pct(99):>10.3f}{row.rate:>10.0f}{base.pct(50) / row.pct(50):>9.1f}"
+            f"{row.rate / base.rate:>9.1f}{cpu_text}"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,8,32")
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measured series")
+    parser.add_argument("--resets", type=int, default=40)
+    parser.add_argument("--cold-starts", type=int, default=8)
+    parser.add_argument("--acquires", type=int, default=200)
+    parser.add_argument(
+        "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="uvicorn runs uvloop"
+    )
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    top = max(sizes)
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()} at start (shared machine)"
+    )
+    print(f"async calls on {args.loop}")
+
+    config = PoolConfig(size=top, health_interval_s=0, acquire_timeout_s=120)
+    client = docker.from_env()
+    started = time.perf_counter()
+    pool = DockerSandboxPool(config, client=client)
+    pool.start()
+    warm_up_s = time.perf_counter() - started
+    rows: list[Series] = []
+    baselines: dict[int, Series] = {}
+    try:
+        leases = [pool.acquire() for _ in range(top)]
+        by_name = {
+            c.name: c
+            for c in client.containers.list(filters={"label": f"{LABEL_POOL}={pool.pool_id}"})
+        }
+        containers = [by_name[f"rollgym-sbx-{lease.id}"] for lease in leases]
+        run = uvloop.run if args.loop == "uvloop" else asyncio.run
+        for n in sizes:
+            baselines[n] = docker_exec_turns(containers[:n], args.seconds)
+            rows.append(baselines[n])
+            ids = [c.id for c in containers[:n]]
+            for op in ("shell", "python"):
+                rows.append(run(executor_turns(leases[:n], op, args.seconds, ids)))
+        box = leases[0]
+        sync_python = timed(lambda: box.run_python("x = 1"), 2000)
+
+        def dirty() -> None:
+            box.write_file("/work/.cache/f", "x" * 1000)
+            box.run_shell("sleep 100 >/dev/null 2>&1 &")
+            box.run_python("y = list(range(1000))")
+
+        resets = timed(box.reset, args.resets, before=dirty)
+        for lease in leases:
+            pool.release(lease)
+        acquires: list[float] = []
+        for _ in range(args.acquires):
+            start = time.perf_counter()
+            lease = pool.acquire()
+            acquires.append(time.perf_counter() - start)
+            pool.release(lease)
+    finally:
+        pool.close()
+    starts, stops = cold_starts(config, args.cold_starts)
+
+    print()
+    print_turns(rows, baselines)
+    print(
+        "p50 x / rate x: times faster / more turns per second than docker exec at the same number\n"
+        "of boxes. cpu us: host process + the boxes' cgroups per turn; cpu-bound/s: the turns/s\n"
+        "all cores would give at that cost (docker exec's cost is mostly in dockerd, not shown)."
+    )
+    python_1 = next(r for r in rows if r.boxes == min(sizes) and "python" in r.name)
+    python_top = next(r for r in rows if r.boxes == top and "python" in r.name)
+    exec_1 = baselines[min(sizes)]
+    recreate_ms = p50_ms(starts) + p50_ms(stops)
+    print()
+    print(f"{'measure':<44}{'value':>12}{'target':>12}{'met':>6}")
+    checks = [
+        ("python round trip, 1 box, sync, p50 ms", p50_ms(sync_python), f"<= {TARGETS['python_p50_ms']}", p50_ms(sync_python) <= TARGETS["python_p50_ms"]),
+        ("python round trip, 1 box, async, p50 ms", python_1.pct(50), f"<= {TARGETS['python_p50_ms']}", python_1.pct(50) <= TARGETS["python_p50_ms"]),
+        ("docker exec p50 / python p50, 1 box (x)", exec_1.pct(50) / python_1.pct(50), f">= {TARGETS['python_vs_exec']:.0f}", exec_1.pct(50) / python_1.pct(50) >= TARGETS["python_vs_exec"]),
+        (f"python turns/s, {top} boxes", python_top.rate, f">= {TARGETS['turns_per_s_32']:.0f}", python_top.rate >= TARGETS["turns_per_s_32"]),
+        ("reset p50 ms (dirty box)", p50_ms(resets), f"<= {TARGETS['reset_p50_ms']:.0f}", p50_ms(resets) <= TARGETS["reset_p50_ms"]),
+        ("recreate (remove + cold start) / reset (x)", recreate_ms / p50_ms(resets), "", True),
+        ("acquire from a warm pool p50 ms", p50_ms(acquires), f"<= {TARGETS['acquire_p50_ms']}", p50_ms(acquires) <= TARGETS["acquire_p50_ms"]),
+        ("cold start p50 ms (create+start+answer)", p50_ms(starts), "", True),
+        ("stop + remove p50 ms", p50_ms(stops), "", True),
+        (f"warm-up of {top} boxes, s (parallel)", warm_up_s, "", True),
+        (f"{top} sequential cold starts / warm-up (x)", top * p50_ms(starts) / 1e3 / warm_up_s, "", True),
+    ]  # fmt: skip
+    for name, value, target, met in checks:
+        print(
+            f"{name:<44}{value:>12.3f}{target:>12}{('yes' if met else 'NO') if target else '':>6}"
+        )
+    print(f"\nload average {os.getloadavg()} at end")
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
