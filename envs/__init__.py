@@ -50,13 +50,14 @@ from envs.errors import (
     TaskNotFound,
 )
 from envs.messages import Message, Observation
-from envs.registration import BUILTIN, register_builtin
+from envs.registration import BUILTIN, BUILTIN_IDS, register_builtin
 from envs.serving import ENTRY_POINT_GROUP, load_user_envs, make
 
 register_builtin()
 
 __all__ = [
     "BUILTIN",
+    "BUILTIN_IDS",
     "ENTRY_POINT_GROUP",
     "ActionError",
     "ChatEnv",

@@ -1,6 +1,6 @@
 """The hidden-test runner of PythonTests; runs *inside the sandbox* (stdlib only).
 
-Usage in the box: ``python3 -I -c "<this file's source>" PAYLOAD.json``. The payload holds
+Usage in the box: ``python3 -I -S -c "<this file's source>" PAYLOAD.json``. The payload holds
 the agent's code, the tests as ``[call, expected literal]`` pairs, a per-test time limit
 and a nonce. The runner reads and deletes the payload (so the code under test cannot
 read the expected values from it), runs the code with its output captured, evaluates

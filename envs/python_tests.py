@@ -131,7 +131,7 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
             "nonce": nonce,
         }
         yield from write_file(posixpath.join(TMP_DIR, payload_name), json.dumps(payload))
-        command = f'python3 -I -c {shlex.quote(RUNNER_SOURCE)} "$TMPDIR/{payload_name}"'
+        command = f'python3 -I -S -c {shlex.quote(RUNNER_SOURCE)} "$TMPDIR/{payload_name}"'
         run = yield from self.agent_command(RunShell(command, self.command_timeout_s))
         if run.result is None:
             return self._scored(TestReport(run.problem, ()), run.describe(self.max_feedback_chars))

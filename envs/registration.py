@@ -26,6 +26,8 @@ BUILTIN: tuple[Registration, ...] = (
     Registration("rollgym/ToolUse-v0", "envs.tool_use:ToolUseEnv", 8),
 )
 
+BUILTIN_IDS: tuple[str, ...] = tuple(entry.env_id for entry in BUILTIN)
+
 
 def register_builtin() -> None:
     """Register the reference envs (idempotent)."""

@@ -65,7 +65,7 @@ def test_an_installed_user_env_is_served_without_changes_to_rollgym(
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(ROOT)])}
     run = subprocess.run(
-        [sys.executable, "-c", DRIVER],
+        [sys.executable, "-W", "error::UserWarning", "-c", DRIVER],
         env=env,
         cwd=tmp_path,
         capture_output=True,

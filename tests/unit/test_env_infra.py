@@ -10,6 +10,7 @@ from envs.errors import EpisodeStateError, InfraError
 from envs.python_tests import TestsStep
 from envs.scripted import fenced, solver
 from envs.tasksets import Check, ShellTask
+from sandboxes.base import ExecResult, SandboxOOM, SandboxState
 from sandboxes.config import PoolConfig
 from sandboxes.fake import FakeSandboxPool
 
@@ -87,3 +88,49 @@ def test_each_reset_takes_a_fresh_box_and_close_gives_it_back(pool) -> None:
     env.close()
     env.close()  # closing twice is fine
     assert pool.status().leased == 0
+
+
+class OneCallBox:
+    """A stand-in box whose shell call fails with ``error``, leaving it in ``state_after``."""
+
+    def __init__(self, error: Exception, state_after):
+        self.error, self.state = error, SandboxState.READY
+        self.state_after = state_after
+
+    def run_shell(self, command: str, *, timeout: float | None = None):
+        if "timeout" in command:  # the checker: nothing holds
+            return ExecResult("0\n", "", 0, 0.0, 0.0)
+        self.state = self.state_after
+        raise self.error
+
+
+class OneBoxPool:
+    def __init__(self, box):
+        self.box = box
+
+    def acquire(self, *, timeout=None):
+        return self.box
+
+    def release(self, box) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("state_after", "failure"), [(SandboxState.READY, "task"), (SandboxState.DEAD, "infra")]
+)
+def test_an_oom_kill_is_the_agents_failure_only_while_the_box_lives(state_after, failure) -> None:
+    box = OneCallBox(SandboxOOM("the shell call was killed for using too much memory"), state_after)
+    env = gymnasium.make("rollgym/Shell-v0", sandbox_pool=OneBoxPool(box))
+    env.reset(options={"task_id": "make-dir"})
+    obs, reward, terminated, truncated, info = env.step(
+        fenced("bash", "python3 -c 'x = [0] * 10**10'")
+    )
+    assert info["failure"] == failure and not terminated
+    if failure == "task":
+        assert "ran out of memory" in obs[0]["content"]
+        assert (reward, truncated) == (0.0, False)
+    else:
+        assert (obs, reward, truncated) == ((), 0.0, True)

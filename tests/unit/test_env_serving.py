@@ -12,6 +12,8 @@ from envs.errors import EnvLoadError, InfraError
 from envs.spaces import ChatText, Messages
 
 USER_MODULE = '''
+import string
+
 import gymnasium
 from gymnasium import spaces
 
@@ -20,8 +22,8 @@ class EchoEnv(gymnasium.Env):
     """Say hello: a plain text env, as a Gymnasium user would write it."""
 
     def __init__(self, word="hello", crash=""):
-        self.observation_space = spaces.Text(max_length=64)
-        self.action_space = spaces.Text(max_length=64)
+        self.observation_space = spaces.Text(max_length=64, charset=string.printable)
+        self.action_space = spaces.Text(max_length=64, charset=string.printable)
         self.word, self.crash = word, crash
 
     def reset(self, *, seed=None, options=None):

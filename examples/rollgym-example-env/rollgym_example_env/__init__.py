@@ -8,6 +8,7 @@ by naming the module in the id: ``"rollgym_example_env:example/Reverse-v0"``.
 
 from __future__ import annotations
 
+import string
 from typing import Any
 
 import gymnasium
@@ -23,8 +24,9 @@ class ReverseEnv(gymnasium.Env[str, str]):
 
     def __init__(self, words: tuple[str, ...] = WORDS):
         self.words = words
-        self.observation_space = spaces.Text(max_length=200)
-        self.action_space = spaces.Text(max_length=200)
+        # spaces.Text holds only alphanumerics unless given a charset: name the characters
+        self.observation_space = spaces.Text(max_length=200, charset=string.printable)
+        self.action_space = spaces.Text(max_length=200, charset=string.printable)
         self._word = words[0]
 
     def reset(
