@@ -33,7 +33,7 @@ from envs.parsing import extract_code
 from envs.programs import Program, RunShell, write_file
 from envs.sandboxed import SandboxEnv, SandboxOptions
 from envs.tasksets import PythonTask, choose, task_set
-from sandboxes.base import TMP_DIR
+from sandboxes.base import TMP_DIR, SandboxPool
 
 SYSTEM_PROMPT = (
     "Write the Python function described by the user. Reply with one ```python code block "
@@ -88,6 +88,7 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
     def __init__(
         self,
         *,
+        sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[PythonTask] | None = None,
         task_file: str | None = None,
         test_timeout_s: float = 2.0,
@@ -99,6 +100,7 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
         super().__init__(
             step_reward=step_reward or TestsProgressReward(),
             terminal_reward=terminal_reward,
+            sandbox_pool=sandbox_pool,
             **options,
         )
         self.tasks = task_set(PythonTask, tasks, task_file, "python_tests")

@@ -71,9 +71,8 @@ def describe_result(result: ExecResult, limit: int) -> str:
 
 
 class SandboxOptions(TypedDict, total=False):
-    """Keyword options every sandboxed env takes (``gymnasium.make(id, **options)``)."""
+    """Keyword options every sandboxed env takes besides ``sandbox_pool``."""
 
-    sandbox_pool: SandboxPool | None
     acquire_timeout_s: float
     command_timeout_s: float
     max_feedback_chars: int

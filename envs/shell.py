@@ -29,6 +29,7 @@ from envs.parsing import extract_code
 from envs.programs import Program, RunShell, shell
 from envs.sandboxed import SandboxEnv, SandboxOptions, describe_result
 from envs.tasksets import ShellTask, choose, task_set
+from sandboxes.base import SandboxPool
 
 SYSTEM_PROMPT = (
     "You are in a Linux shell, in your working directory. Reach the goal the user describes. "
@@ -80,6 +81,7 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
     def __init__(
         self,
         *,
+        sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[ShellTask] | None = None,
         task_file: str | None = None,
         step_reward: Callable[[ChecksStep], float] | None = None,
@@ -89,6 +91,7 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
         super().__init__(
             step_reward=step_reward or ChecksProgressReward(),
             terminal_reward=terminal_reward,
+            sandbox_pool=sandbox_pool,
             **options,
         )
         self.tasks = task_set(ShellTask, tasks, task_file, "shell")

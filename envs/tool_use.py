@@ -33,7 +33,7 @@ from envs.programs import Program, RunPython, RunShell, read_file, write_file
 from envs.sandboxed import SandboxEnv, SandboxOptions
 from envs.tasksets import ToolTask, choose, task_set
 from envs.tools import Tool, ToolCall
-from sandboxes.base import SandboxFileError
+from sandboxes.base import SandboxFileError, SandboxPool
 
 SYSTEM_PROMPT = (
     "Answer the user's question. You may call the tools; they run in a sandbox where the "
@@ -121,6 +121,7 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
     def __init__(
         self,
         *,
+        sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[ToolTask] | None = None,
         task_file: str | None = None,
         step_reward: Callable[[ToolStep], float] | None = None,
@@ -130,6 +131,7 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
         super().__init__(
             step_reward=step_reward or ToolStepReward(),
             terminal_reward=terminal_reward or AnswerReward(),
+            sandbox_pool=sandbox_pool,
             **options,
         )
         self.tasks = task_set(ToolTask, tasks, task_file, "tool_use")

@@ -4,6 +4,8 @@ real twin runs in tests/docker/test_env_docker.py)."""
 
 from __future__ import annotations
 
+import inspect
+
 import gymnasium
 import pytest
 from gymnasium.envs.registration import load_env_creator
@@ -46,6 +48,15 @@ def test_the_reference_envs_are_registered_with_string_entry_points_and_turn_lim
         spec = gymnasium.spec(env_id)
         assert isinstance(spec.entry_point, str)
         assert spec.max_episode_steps and spec.max_episode_steps > 1
+
+
+def test_sandboxed_envs_name_sandbox_pool_in_their_signature() -> None:
+    """The server passes its pool to envs whose constructor names ``sandbox_pool``."""
+    sandboxed = [env_id for env_id in ROLLGYM_IDS if is_sandboxed(env_id)]
+    assert len(sandboxed) == 3
+    for env_id in sandboxed:
+        creator = load_env_creator(gymnasium.spec(env_id).entry_point)
+        assert "sandbox_pool" in inspect.signature(creator).parameters
 
 
 @pytest.mark.parametrize("env_id", ROLLGYM_IDS)
