@@ -13,8 +13,9 @@ sandbox_cold_start_seconds                     create + start + first answer of 
 sandbox_reset_seconds                          a reset between episodes (host round trip)
 sandbox_timeouts_total             op          commands killed at their timeout
 sandbox_truncated_total            op          calls whose output was cut at the cap
-sandbox_deaths_total               reason      boxes lost: oom, unresponsive, reset_failed,
-                                               unhealthy, start_failed
+sandbox_deaths_total               reason      boxes lost: oom, unresponsive (crashed, killed,
+                                               past the host deadline), reset_failed,
+                                               start_failed
 sandbox_replacements_total                     boxes started to replace a lost or recycled one
 sandbox_recycled_total             reason      boxes retired on purpose: timeout
 =================================  ==========  ====================================================

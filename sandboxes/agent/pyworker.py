@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import ctypes
 import mmap
 import os
 import signal
@@ -41,6 +42,7 @@ from .server import listen, serve
 
 DEADLINE = struct.Struct("d")  # monotonic seconds; 0.0 while no call runs
 FD_LIMIT = 1 << 20
+PR_SET_PDEATHSIG = 1
 NAMESPACE_LOST = "rollgym: the Python process ended; its namespace was reset\n"
 WATCH_INTERVAL_S = 0.1
 
@@ -143,8 +145,17 @@ def _terminal_like(fd: int) -> TextIO:
     return open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL us when the executor dies: a namespace without its executor is no use."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(0)
+
+
 def _worker_main(server: socket.socket, out: int, err: int, cwd: str, deadline: mmap.mmap) -> None:
     parent = os.getppid()
+    _die_with_parent(parent)
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     for src, dst in ((devnull, 0), (out, 1), (err, 2)):

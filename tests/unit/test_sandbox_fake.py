@@ -96,10 +96,35 @@ def test_reset_wipes_files_processes_and_namespace(box) -> None:
     assert "NameError" in box.run_python("secret").stderr
 
 
-def test_a_killed_box_raises_died(box) -> None:
+def test_a_python_call_that_ends_its_process_resets_the_namespace(box) -> None:
+    box.run_python("gone = 1")
+    result = box.run_python("import os; print('bye', flush=True); os._exit(3)")
+    assert result.exit_code == 3 and result.stdout == "bye\n"
+    assert "namespace was reset" in result.stderr
+    assert "NameError" in box.run_python("gone").stderr
+    assert box.state is SandboxState.READY
+
+
+def test_a_python_call_that_ignores_sigint_is_killed(box) -> None:
+    box.run_python("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); lost = 1")
+    with pytest.raises(SandboxTimeout) as caught:
+        box.run_python("print('spinning', flush=True)\nwhile True: pass", timeout=0.3)
+    assert caught.value.result is not None
+    assert caught.value.result.stdout == "spinning\n"
+    assert "namespace was reset" in caught.value.result.stderr
+    assert "NameError" in box.run_python("lost").stderr
+
+
+def test_python_output_keeps_its_order_with_child_processes(box) -> None:
+    result = box.run_python("import os, sys\nprint('a')\nos.system('echo b')\nprint('c')")
+    assert result.stdout == "a\nb\nc\n"
+
+
+@pytest.mark.parametrize("call", ["run_shell", "run_python"])
+def test_a_killed_box_raises_died(box, call: str) -> None:
     box.kill()
     with pytest.raises(SandboxDied):
-        box.run_shell("echo hi")
+        getattr(box, call)("1")
     assert box.state is SandboxState.DEAD
     with pytest.raises(SandboxDied, match="died earlier"):
         box.run_python("1")
@@ -124,6 +149,17 @@ async def test_async_calls_do_not_block_the_loop(box) -> None:
     assert (await box.arun_python("2 ** 10")).stdout == "1024\n"
     await box.areset()
     assert (await box.arun_shell("ls")).stdout == ""
+
+
+def test_async_calls_work_on_uvloop_as_under_uvicorn(box) -> None:
+    import uvloop
+
+    async def calls() -> list[str]:
+        results = await asyncio.gather(box.arun_python("1 + 1"), box.arun_shell("echo hi"))
+        return [r.stdout for r in results]
+
+    assert uvloop.run(calls()) == ["2\n", "hi\n"]
+    assert uvloop.run(calls()) == ["2\n", "hi\n"]  # a second loop reconnects
 
 
 def test_pool_hands_out_reset_boxes_and_refuses_stale_handles() -> None:
@@ -210,3 +246,64 @@ def test_acquire_wait_is_bounded_by_its_timeout() -> None:
         with pytest.raises(PoolTimeout, match=r"within 0\.2 s"):
             pool.acquire(timeout=0.2)
         pool.release(lease)
+
+
+async def test_a_cancelled_waiter_does_not_lose_the_box() -> None:
+    async with FakeSandboxPool(PoolConfig(size=1, health_interval_s=0)) as pool:
+        held = await pool.aacquire()
+        waiter = asyncio.create_task(pool.aacquire(timeout=30))
+        await asyncio.sleep(0.05)
+        assert pool.status().waiting == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await pool.arelease(held)
+        assert pool.status() == pool.status().__class__(
+            size=1, ready=1, leased=0, starting=0, waiting=0
+        )
+        async with pool.asandbox(timeout=1) as again:
+            assert again.id == held.id
+
+
+def test_threads_share_a_small_pool_fairly() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with FakeSandboxPool(PoolConfig(size=2, health_interval_s=0)) as pool:
+
+        def episode(i: int) -> str:
+            with pool.sandbox(timeout=60) as sandbox:
+                sandbox.write_file("n", str(i))
+                return sandbox.run_shell("cat n").stdout
+
+        with ThreadPoolExecutor(6) as threads:
+            assert list(threads.map(episode, range(12))) == [str(i) for i in range(12)]
+
+
+class _BrokenProvider:
+    def open(self) -> None:
+        pass
+
+    def start_box(self):
+        from sandboxes.base import SandboxError
+
+        raise SandboxError("image not found")
+
+    def stop_box(self, box) -> None:
+        pass
+
+    def sweep(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_pool_whose_boxes_cannot_start_fails_loudly_and_cleans_up() -> None:
+    from sandboxes.base import SandboxError
+    from sandboxes.pool import WarmPool
+
+    provider = _BrokenProvider()
+    pool = WarmPool(provider, PoolConfig(size=2, health_interval_s=0))
+    with pytest.raises(SandboxError, match="image not found"):
+        pool.start()
+    assert provider.closed

@@ -1,0 +1,79 @@
+"""The Docker side's pure parts: the hardened container spec, owners, error translation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+import docker
+from sandboxes.base import SandboxError
+from sandboxes.config import SandboxConfig
+from sandboxes.docker.owner import Owner, process_start_ticks
+from sandboxes.docker.provider import BOX_AGENT_DIR, BOX_RUNTIME_DIR, container_spec, docker_errors
+
+
+def spec(**changes) -> dict:
+    return container_spec(SandboxConfig(**changes), Path("/rt/box"), Path("/rt/agent"))
+
+
+def test_the_spec_is_hardened() -> None:
+    s = spec(memory_mb=256, cpus=0.5, pids_limit=64, uid=1234, gid=1235)
+    assert s["network_mode"] == "none"
+    assert s["cap_drop"] == ["ALL"] and s["security_opt"] == ["no-new-privileges"]
+    assert s["read_only"] is True and s["init"] is True
+    assert s["user"] == "1234:1235"
+    assert s["mem_limit"] == s["memswap_limit"] == "256m"
+    assert s["nano_cpus"] == 500_000_000 and s["pids_limit"] == 64
+    assert "uid=1234" in s["tmpfs"]["/work"] and "mode=1777" in s["tmpfs"]["/tmp"]
+    assert "--contained" in s["command"]
+    assert "privileged" not in s and "cap_add" not in s
+
+
+def test_only_the_socket_folder_is_writable_and_the_executor_is_read_only() -> None:
+    mounts = {m["Target"]: m for m in spec()["mounts"]}
+    assert (
+        mounts[BOX_RUNTIME_DIR]["Source"] == "/rt/box" and not mounts[BOX_RUNTIME_DIR]["ReadOnly"]
+    )
+    assert mounts[BOX_AGENT_DIR]["Source"] == "/rt/agent" and mounts[BOX_AGENT_DIR]["ReadOnly"]
+
+
+def test_a_network_only_when_configured() -> None:
+    assert spec(network="bridge")["network_mode"] == "bridge"
+
+
+def test_the_environment_reaches_the_box() -> None:
+    env = spec(environment={"TASK": "t1"})["environment"]
+    assert env["TASK"] == "t1" and env["HOME"] == "/work" and env["TMPDIR"] == "/tmp"
+
+
+def test_an_owner_is_alive_until_its_process_ends() -> None:
+    me = Owner.me()
+    assert not me.is_gone()
+    assert Owner.decode(me.encode()) == me
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = process_start_ticks(child.pid)
+    child.wait()
+    assert Owner(child.pid, started or "", me.host).is_gone()
+    assert Owner(os.getpid(), "0", me.host).is_gone()  # same pid, another start: a reused pid
+    assert not Owner(1, "0", "another-host").is_gone()  # never judged from here
+    assert Owner.decode("garbage") is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        docker.errors.ImageNotFound("no such image"),
+        docker.errors.APIError("boom"),
+        requests.ConnectionError("refused"),
+    ],
+)
+def test_docker_errors_never_leak(error: Exception) -> None:
+    with pytest.raises(SandboxError) as caught, docker_errors("doing something"):
+        raise error
+    assert "doing something" in str(caught.value)
+    assert not isinstance(caught.value, docker.errors.DockerException)
