@@ -78,7 +78,10 @@ def task_ids(env: gymnasium.Env[Any, Any]) -> list[str]:
     return base.task_ids() if hasattr(base, "task_ids") else [t.id for t in base.tasks]
 
 
-def env_steps(env_id: str, pool: SandboxPool, rounds: int) -> list[tuple[float, float]]:
+Steps = list[tuple[float, float]]
+
+
+def env_steps(env_id: str, pool: SandboxPool, rounds: int) -> Steps:
     """``(env_s, sandbox_s)`` of every step of solver and wrong-policy episodes."""
     kwargs: dict[str, Any] = {} if env_id == "rollgym/GuessNumber-v0" else {"sandbox_pool": pool}
     env = gymnasium.make(env_id, **kwargs)
@@ -98,6 +101,26 @@ def env_steps(env_id: str, pool: SandboxPool, rounds: int) -> list[tuple[float, 
     return samples
 
 
+def print_table(kind: str, baseline: dict[str, list[float]], results: dict[str, Steps]) -> None:
+    shell_p50 = pct(baseline["shell"], 50)
+    print(f"pool: {kind}; times in ms (a shared, loaded 2-core machine: expect noise)")
+    print(f"baseline bare call p50/p99: shell {shell_p50:.2f}/{pct(baseline['shell'], 99):.2f}, "
+          f"python {pct(baseline['python'], 50):.2f}/{pct(baseline['python'], 99):.2f}")  # fmt: skip
+    columns = ["steps", "env p50", "env p99", "sbx p50", "sbx p99", "own p50", "own p99"]
+    columns += ["x shell", "sbx-step p50"]
+    print(f"{'env':<16}" + "".join(f"{c:>13}" for c in columns))
+    for env_id, samples in results.items():
+        env_s = [e for e, _ in samples]
+        sandbox_s = [s for _, s in samples]
+        own = [e - s for e, s in samples]
+        boxed = [e for e, s in samples if s > 0]  # steps that called the sandbox at all
+        row = [pct(env_s, 50), pct(env_s, 99), pct(sandbox_s, 50), pct(sandbox_s, 99)]
+        row += [pct(own, 50), pct(own, 99), pct(env_s, 50) / shell_p50]
+        row += [pct(boxed, 50) if boxed else 0.0]
+        name = env_id.removeprefix("rollgym/")
+        print(f"{name:<16}{len(samples):>13}" + "".join(f"{v:>13.3f}" for v in row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", choices=("docker", "fake"), default="docker")
@@ -106,22 +129,7 @@ def main() -> None:
     with open_pool(args.pool) as pool:
         baseline = bare_calls(pool)
         results = {env_id: env_steps(env_id, pool, args.rounds) for env_id in envs.BUILTIN_IDS}
-    shell_p50 = pct(baseline["shell"], 50)
-    print(f"pool: {args.pool}; times in ms (a shared, loaded 2-core machine: expect noise)")
-    print(f"baseline bare call p50/p99: shell {shell_p50:.2f}/{pct(baseline['shell'], 99):.2f}, "
-          f"python {pct(baseline['python'], 50):.2f}/{pct(baseline['python'], 99):.2f}")  # fmt: skip
-    header = f"{'env':<24}{'steps':>6}{'env p50':>9}{'env p99':>9}{'sbx p50':>9}{'sbx p99':>9}"
-    print(header + f"{'own p50':>9}{'own p99':>9}{'x shell':>9}{'sbx-step p50':>14}")
-    for env_id, samples in results.items():
-        env_s = [e for e, _ in samples]
-        sandbox_s = [s for _, s in samples]
-        own = [e - s for e, s in samples]
-        row = [pct(env_s, 50), pct(env_s, 99), pct(sandbox_s, 50), pct(sandbox_s, 99)]
-        row += [pct(own, 50), pct(own, 99), pct(env_s, 50) / shell_p50]
-        print(
-            f"{env_id.removeprefix('rollgym/'):<24}{len(samples):>6}"
-            + "".join(f"{v:>9.3f}" for v in row)
-        )
+    print_table(args.pool, baseline, results)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,14 @@ The contract the rollout runner (``server/``) relies on:
 7. **Serving.** ``envs.make(env_id, **kwargs)`` loads user packages (``"module:Env-v0"``
    ids and the ``rollgym.envs`` entry point group) and adapts plain text envs (``str``
    observations) to this contract (``envs.adapter.ChatAdapter``).
-8. **GuessNumber** is the demo's default task; ``envs.guess_demos`` has the oracle policy
-   (``GuessPolicy``) and ``demonstrations(n, seed=..., noise=...)`` for SFT warm-start.
+8. **GuessNumber** is the demo's default task (1..16, 6 turns; ``low``/``high``/
+   ``max_episode_steps`` configurable); ``envs.guess_demos`` has the oracle policy
+   ``GuessPolicy(low, high, noise=0.0, seed=None)`` (a callable: conversation -> message)
+   and ``demonstrations(n, *, seed=0, noise=0.0, low=1, high=16, max_turns=6)`` -> whole
+   conversations for SFT warm-start.
+
+``envs.scripted.solver(env)`` plays the reference solution of the task an env was reset to
+(tests and ``bench.envs`` use it). A guide with complete examples: docs/environments.md.
 """
 
 from __future__ import annotations
