@@ -79,7 +79,12 @@ class EpisodeState(enum.Enum):
 
 
 class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC):
-    """Base of rollgym's chat environments; see the module docstring for the contract."""
+    """Base of rollgym's chat environments; see the module docstring for the contract.
+
+    ``clock`` is the time source of ``env_s``/``sandbox_s`` (``time.perf_counter``); a
+    fixed one (``lambda: 0.0``) makes infos compare equal, as ``check_env`` requires.
+    A ``str`` action longer than ``max_action_chars`` is rejected with feedback.
+    """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - Gymnasium's own type
     tools: list[dict[str, Any]] | None = None
