@@ -32,6 +32,92 @@ def _model_path(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    """The built-in default: warm start, server, GRPO, evaluation, report (resumable)."""
+    import shutil
+
+    from transformers.utils import logging as hf_logging
+
+    from trainer.config import parse_config
+    from trainer.pipeline import RunConfig, run_default
+
+    hf_logging.disable_progress_bar()
+    overrides: dict[str, object] = {}
+    if args.run_dir:
+        overrides["run_dir"] = Path(args.run_dir)
+    if args.eval_episodes is not None:
+        overrides["eval_episodes"] = args.eval_episodes
+    config = parse_config(RunConfig, **overrides)
+    trainer_overrides = {
+        k: v
+        for k, v in {"total_steps": args.steps, "max_staleness": args.max_staleness}.items()
+        if v is not None
+    }
+    if trainer_overrides:
+        trainer = config.trainer.model_dump() | trainer_overrides
+        config = parse_config(RunConfig, **(config.model_dump() | {"trainer": trainer}))
+    if args.restart:
+        shutil.rmtree(config.run_dir, ignore_errors=True)
+    try:
+        report = run_default(config)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run `rollgym run` again to resume from {config.run_dir}")
+        return 130
+    print(f"done in {report.wall_s / 60:.1f} min: {report.report_png}, {report.summary_json}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    """GRPO against a rollout server that is already running (its job, or one we start)."""
+    import json
+    import os
+
+    from trainer.client import ServerClient
+    from trainer.config import ClientConfig, TrainerConfig, parse_config
+    from trainer.loop import train
+
+    values = json.loads(Path(args.config).read_text()) if args.config else {}
+    values["output_dir"] = args.output_dir
+    for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    config = parse_config(TrainerConfig, **values)
+    token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
+    client_config = parse_config(ClientConfig, url=args.server, admin_token=token)
+    with ServerClient(client_config) as client:
+        result = train(config, client, Path(args.model))
+    print(f"trained {result.steps} steps; the server is at policy version {result.policy_version}")
+    return 0
+
+
+def _add_training_commands(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run", help="the main job: a real RL run on the default model (resumable)"
+    )
+    run.add_argument(
+        "--run-dir", help=f"outputs and checkpoints (default {paths.runs_dir()}/default)"
+    )
+    run.add_argument("--steps", type=int, help="GRPO optimizer steps (default: the built-in run's)")
+    run.add_argument(
+        "--max-staleness", type=int, help="0: synchronous; >= 1: asynchronous (default 1)"
+    )
+    run.add_argument("--eval-episodes", type=int, help="held-out episodes per policy (0: skip)")
+    run.add_argument("--restart", action="store_true", help="delete the run dir and start over")
+    run.set_defaults(handler=_run)
+
+    train = commands.add_parser("train", help="GRPO against a running rollout server")
+    train.add_argument("--server", required=True, help="the server's base URL")
+    train.add_argument("--model", required=True, help="model directory to start from")
+    train.add_argument("--output-dir", required=True, help="checkpoints and step log")
+    train.add_argument("--token", help="admin token (default: $ROLLGYM_ADMIN_TOKEN)")
+    train.add_argument("--config", help="JSON file of trainer.config.TrainerConfig fields")
+    train.add_argument("--total-steps", type=int)
+    train.add_argument("--max-staleness", type=int)
+    train.add_argument("--group-size", type=int)
+    train.add_argument("--groups-per-batch", type=int)
+    train.set_defaults(handler=_train)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rollgym", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -47,6 +133,7 @@ def _build_parser() -> argparse.ArgumentParser:
     model.add_parser("path", help="print the default model's directory").set_defaults(
         handler=_model_path
     )
+    _add_training_commands(commands)
     return parser
 
 
