@@ -174,9 +174,11 @@ class DockerProvider:
         box_dir.chmod(0o777)  # the box's user (another uid) creates the socket here
         spec = container_spec(self.config.box, box_dir, self.runtime_dir / "agent")
         try:
-            with docker_errors(f"starting sandbox {box_id}"):
-                container = self.client.containers.run(
-                    name=f"rollgym-sbx-{box_id}", labels=self.labels, detach=True, **spec
+            # create + start, not run(): run() answers a missing image with a pull, which
+            # waits on a registry that may not be there.
+            with docker_errors(f"creating sandbox {box_id}"):
+                container = self.client.containers.create(
+                    name=f"rollgym-sbx-{box_id}", labels=self.labels, **spec
                 )
         except SandboxError:
             shutil.rmtree(box_dir, ignore_errors=True)
@@ -184,6 +186,8 @@ class DockerProvider:
         with self._lock:
             self._containers[box_id] = (container, box_dir)
         try:
+            with docker_errors(f"starting sandbox {box_id}"):
+                container.start()
             socket_path = box_dir / SOCKET_NAME
             self._wait_for_socket(container, socket_path)
             box = ExecutorSandbox(box_id, str(socket_path), self.config.box, metrics=self._metrics)
