@@ -13,6 +13,11 @@ lists, one entry per completion, the ``num_generations`` samples of a prompt adj
 
 All ids come from the trajectories verbatim: nothing is decoded or re-tokenized, so the
 logprobs stay aligned with the tokens they score.
+
+TRL compares samples in blocks of exactly ``group_size``. A group the server shortened (it
+keeps only valid episodes) is padded with copies of its first episode marked invalid and
+with an all-zero ``env_mask``: their reward is ``None`` (out of the group baseline, zero
+advantage) and no token of theirs enters the loss or its normaliser.
 """
 
 from __future__ import annotations
@@ -44,15 +49,20 @@ class RolloutBatch:
         return len(self.prompt_ids)
 
 
-def build_batch(groups: Sequence[TrajectoryGroup]) -> RolloutBatch:
-    """Flatten ``groups`` (each of the same size) into a ``RolloutBatch``, groups adjacent."""
-    trajectories: list[Trajectory] = [t for group in groups for t in group.trajectories]
+def build_batch(groups: Sequence[TrajectoryGroup], group_size: int) -> RolloutBatch:
+    """Flatten ``groups`` into a ``RolloutBatch``, each padded to ``group_size``, adjacent."""
+    samples: list[tuple[Trajectory, bool]] = []  # (trajectory, is padding)
+    for group in groups:
+        if not 1 <= len(group.trajectories) <= group_size:
+            raise ValueError(f"group {group.group_id} has {len(group.trajectories)} samples")
+        samples += [(t, False) for t in group.trajectories]
+        samples += [(group.trajectories[0], True)] * (group_size - len(group.trajectories))
     return RolloutBatch(
-        prompt_ids=[list(t.prompt_ids) for t in trajectories],
-        completion_ids=[list(t.completion_ids) for t in trajectories],
-        logprobs=[list(t.logprobs) for t in trajectories],
-        env_mask=[list(t.loss_mask) for t in trajectories],
-        trajectory_reward=[t.reward for t in trajectories],
-        trajectory_valid=[t.valid for t in trajectories],
-        group_id=[t.group_id for t in trajectories],
+        prompt_ids=[list(t.prompt_ids) for t, _ in samples],
+        completion_ids=[list(t.completion_ids) for t, _ in samples],
+        logprobs=[list(t.logprobs) for t, _ in samples],
+        env_mask=[[0] * len(t.loss_mask) if pad else list(t.loss_mask) for t, pad in samples],
+        trajectory_reward=[t.reward for t, _ in samples],
+        trajectory_valid=[t.valid and not pad for t, pad in samples],
+        group_id=[t.group_id for t, _ in samples],
     )

@@ -54,7 +54,7 @@ class GroupFeed:
         groups = self.next_groups(len(prompts) // size)
         self.ledger.record_batch(g.group_id for g in groups)
         self.progress.on_groups(groups, self.version())
-        batch = build_batch(groups).as_rollout_output()
+        batch = build_batch(groups, size).as_rollout_output()
         self.ready_at = time.time()
         return batch
 

@@ -3,13 +3,19 @@
 A trainer whose weights are policy version ``V`` trains on a group only if every turn of it
 was sampled recently enough::
 
-    staleness = V - group.min_version        # versions between sampling and training
-    fresh     = staleness <= max_staleness   # 0: on-policy only (synchronous mode)
+    staleness = V - group.min_version           # versions between sampling and training
+    fresh     = 0 <= staleness <= max_staleness # 0: on-policy only (synchronous mode)
+
+A negative staleness (a group "from the future") only happens when the server's version
+numbering restarted under the trainer (a server restart without its version): such a group
+cannot be placed on this run's policy lineage, so it counts as stale too.
 
 The server already filters by this rule when it answers a pull; the trainer checks again
 (its version may have moved after the request left) and also drops groups it has trained
-on before (a lease re-delivered after a restart), groups of the wrong size (GRPO compares
-exactly ``group_size`` samples) and groups with an empty completion. Every drop is counted.
+on before (a lease re-delivered after a restart), groups larger than ``group_size`` or
+empty, and groups with an empty completion. Every drop is counted. A group may be smaller
+than ``group_size``: the server keeps only its valid episodes (an infrastructure failure
+removes one); ``trainer.batch`` pads it with samples TRL gives no weight.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ def staleness(trainer_version: int, min_version: int) -> int:
 
 
 def is_fresh(trainer_version: int, min_version: int, max_staleness: int) -> bool:
-    """The window rule: ``trainer_version - min_version <= max_staleness``."""
-    return staleness(trainer_version, min_version) <= max_staleness
+    """The window rule: ``0 <= trainer_version - min_version <= max_staleness``."""
+    return 0 <= staleness(trainer_version, min_version) <= max_staleness
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +66,7 @@ def select_groups(
     for group in groups:
         if group.group_id in already_trained:
             seen.append(group)
-        elif len(group.trajectories) != group_size or any(
+        elif not 1 <= len(group.trajectories) <= group_size or any(
             not t.completion_ids for t in group.trajectories
         ):
             malformed.append(group)

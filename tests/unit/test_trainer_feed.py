@@ -67,13 +67,13 @@ def test_already_trained_groups_are_skipped_and_released(tmp_path) -> None:
     assert first.group_id in fake.acked
 
 
-def test_wrong_group_size_is_malformed_not_trained(tmp_path) -> None:
+def test_an_oversized_group_is_malformed_not_trained(tmp_path) -> None:
     rng = random.Random(2)
     fake = FakeServer(version=0, producer=None)
-    fake.add(random_group(0, 3, rng), random_group(0, 4, rng))
+    fake.add(random_group(0, 5, rng), random_group(0, 4, rng))
     feed = _feed(fake, tmp_path, version=0)
     assert len(feed.next_groups(1)[0].trajectories) == 4
-    assert feed.ledger.dropped.malformed == 3
+    assert feed.ledger.dropped.malformed == 5
 
 
 def test_a_feed_with_nothing_to_pull_gives_up_after_the_stall_timeout(tmp_path) -> None:

@@ -17,6 +17,8 @@ def test_window_rule_keeps_exactly_max_staleness_versions() -> None:
     # synchronous mode takes only samples from the trainer's own version
     assert is_fresh(7, 7, max_staleness=0)
     assert not is_fresh(7, 6, max_staleness=0)
+    # a version from the future: the server's numbering restarted under the trainer
+    assert not is_fresh(2, 9, max_staleness=3)
 
 
 def test_a_group_is_as_old_as_its_oldest_turn() -> None:
@@ -36,20 +38,21 @@ def test_select_groups_sorts_every_group_into_one_bucket() -> None:
     fresh = random_group(4, 4, rng)
     stale = random_group(1, 4, rng)
     seen = random_group(4, 4, rng)
-    small = random_group(4, 3, rng)
+    short = random_group(4, 3, rng)  # the server kept 3 valid of 4: trainable, padded later
+    big = random_group(4, 5, rng)
     empty = random_group(4, 4, rng)
     empty.trajectories[0].completion_ids.clear()
     empty.trajectories[0].logprobs.clear()
     empty.trajectories[0].loss_mask.clear()
     selection = select_groups(
-        [fresh, stale, seen, small, empty],
+        [fresh, stale, seen, short, big, empty],
         trainer_version=4,
         max_staleness=2,
         group_size=4,
         already_trained={seen.group_id},
     )
-    assert selection.fresh == [fresh]
+    assert selection.fresh == [fresh, short]
     assert selection.stale == [stale]
     assert selection.already_trained == [seen]
-    assert selection.malformed == [small, empty]
+    assert selection.malformed == [big, empty]
     assert len(selection.dropped) == 4

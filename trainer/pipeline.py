@@ -1,0 +1,203 @@
+"""``rollgym run``: the built-in default, a real RL run on the default model, end to end.
+
+Stages, each resumable (a second run picks up where an interrupted one stopped)::
+
+    1. warm start   SFT on GuessNumber demonstrations (trainer.warmstart; skipped if done)
+    2. server       `rollgym serve` on a free loopback port, real vLLM engine, the run's
+                    durable buffer under <run_dir>/server
+    3. GRPO         push the trainer's weights, start the rollout job, train against the
+                    server (trainer.loop; resumes from the last checkpoint)
+    4. evaluation   success rate on held-out seeds: warm start vs the RL policy
+    5. report       <run_dir>/report.png (reward curve, stage times), summary.json
+
+``RunConfig`` holds everything; its defaults are the tuned built-in run (see
+docs/training.md for how they were chosen and what they measure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rollgym import paths
+from server.wire import RolloutJob, SamplingSettings
+from trainer.client import ServerClient
+from trainer.config import TrainerConfig
+from trainer.errors import TrainerConfigError
+from trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
+from trainer.loop import TrainResult, train
+from trainer.plot import write_report_png
+from trainer.server_process import ServerProcess
+from trainer.warmstart import WarmStartConfig, warm_start
+
+
+class TaskConfig(BaseModel):
+    """What the rollout job samples: the environment, its difficulty, sampling."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    env_id: str = "rollgym/GuessNumber-v0"
+    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 16})
+    max_turns: int = Field(5, ge=1)
+    max_tokens: int = Field(8, ge=1, description="per model turn")
+    temperature: float = Field(1.0, gt=0)
+
+
+def _default_trainer() -> TrainerConfig:
+    return TrainerConfig(
+        output_dir=Path("grpo"),
+        group_size=8,
+        groups_per_batch=4,
+        max_staleness=1,
+        total_steps=120,
+        learning_rate=2e-4,
+        checkpoint_every=1,
+    )
+
+
+class RunConfig(BaseModel):
+    """The whole built-in run; ``trainer.output_dir`` is taken relative to ``run_dir``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_dir: Path = Field(default_factory=lambda: paths.runs_dir() / "default")
+    model_dir: Path = Field(default_factory=paths.default_model_dir)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    trainer: TrainerConfig = Field(default_factory=_default_trainer)
+    eval_episodes: int = Field(200, ge=0, description="held-out episodes per policy (0: skip)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        if self.trainer.temperature != self.task.temperature:
+            raise ValueError(
+                "trainer.temperature must equal task.temperature: TRL recomputes logprobs at "
+                "the trainer's temperature and compares them with the sampled ones"
+            )
+        task_range = (self.task.env_kwargs.get("low"), self.task.env_kwargs.get("high"))
+        demo_range = (self.warmstart.low, self.warmstart.high)
+        if self.task.env_id.endswith("GuessNumber-v0") and task_range != demo_range:
+            raise ValueError(f"warmstart range {demo_range} differs from the task's {task_range}")
+        return self
+
+    @property
+    def grpo(self) -> TrainerConfig:
+        out = self.trainer.output_dir
+        return self.trainer.model_copy(
+            update={"output_dir": out if out.is_absolute() else self.run_dir / out}
+        )
+
+    def rollout_job(self) -> RolloutJob:
+        return RolloutJob(
+            env_id=self.task.env_id,
+            env_kwargs=self.task.env_kwargs,
+            group_size=self.trainer.group_size,
+            groups_per_batch=self.trainer.groups_per_batch,
+            max_staleness=self.trainer.max_staleness,
+            max_turns=self.task.max_turns,
+            sampling=self.sampling(),
+        )
+
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(temperature=self.task.temperature, max_tokens=self.task.max_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+    """What ``rollgym run`` produced."""
+
+    train: TrainResult
+    warm_start: SuccessRate | None
+    final: SuccessRate | None
+    wall_s: float
+    report_png: Path
+    summary_json: Path
+
+
+def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) -> RunReport:
+    """Run the built-in default end to end (see the module docstring)."""
+    started = time.monotonic()
+    if not (config.model_dir / "config.json").is_file():
+        raise TrainerConfigError(f"no model at {config.model_dir}: run `rollgym model init`")
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    printer(f"[1/5] warm start: SFT on GuessNumber demonstrations -> {config.run_dir}/warmstart")
+    warm_dir = warm_start(config.warmstart, config.model_dir, config.run_dir / "warmstart")
+
+    printer("[2/5] starting the rollout server (vLLM engine) on loopback")
+    server = ServerProcess(
+        model_dir=warm_dir,
+        data_dir=config.run_dir / "server",
+        log_path=config.run_dir / "server.log",
+    )
+    with server, ServerClient(server.client_config()) as client:
+        printer(f"[3/5] GRPO against {server.url} ({config.trainer.mode} mode)")
+        result = train(
+            config.grpo,
+            client,
+            warm_dir,
+            on_ready=lambda: client.start_rollouts(config.rollout_job()),
+            printer=printer,
+        )
+        client.stop_rollouts()
+        warm_rate = final_rate = None
+        if config.eval_episodes:
+            printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
+            warm_rate = _evaluate(client, config, warm_dir)
+            final_rate = _evaluate(client, config, _final_weights(config))
+            printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
+    printer("[5/5] report")
+    png = write_report_png(result, config.run_dir / "report.png", warm_rate, final_rate)
+    report = RunReport(
+        train=result,
+        warm_start=warm_rate,
+        final=final_rate,
+        wall_s=time.monotonic() - started,
+        report_png=png,
+        summary_json=config.run_dir / "summary.json",
+    )
+    _write_summary(report, config)
+    return report
+
+
+def _final_weights(config: RunConfig) -> Path:
+    from trainer.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(config.grpo.output_dir)
+    if checkpoint is None:
+        raise TrainerConfigError(f"no checkpoint under {config.grpo.output_dir}")
+    return checkpoint
+
+
+def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> SuccessRate:
+    return evaluate_weights(
+        client,
+        model_dir,
+        env_id=config.task.env_id,
+        env_kwargs=config.task.env_kwargs,
+        seeds=held_out_seeds(config.eval_episodes),
+        max_turns=config.task.max_turns,
+        sampling=config.sampling(),
+    )
+
+
+def _write_summary(report: RunReport, config: RunConfig) -> None:
+    def rate(value: SuccessRate | None) -> dict[str, float] | None:
+        return None if value is None else {**dataclasses.asdict(value), "rate": value.rate}
+
+    summary = {
+        "wall_s": report.wall_s,
+        "steps": report.train.steps,
+        "policy_version": report.train.policy_version,
+        "groups_trained": report.train.groups_trained,
+        "dropped": report.train.dropped.model_dump(),
+        "stage_shares": report.train.stage_shares,
+        "success_rate": {"warm_start": rate(report.warm_start), "rl": rate(report.final)},
+        "config": json.loads(config.model_dump_json()),
+    }
+    report.summary_json.write_text(json.dumps(summary, indent=2))

@@ -1,0 +1,68 @@
+"""The end-of-run PNG: the reward curve and where the time went.
+
+Left: mean episode reward and success rate per optimizer step (a moving average over the
+noise), with the held-out success rates of the warm start and the RL policy if measured.
+Right: the four stages' busy and waiting seconds over the last session (``StageTimeline``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainer.evaluate import SuccessRate
+from trainer.loop import TrainResult
+from trainer.stages import STAGES
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values (same length as ``values``)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def write_report_png(
+    result: TrainResult,
+    path: Path,
+    warm_start: SuccessRate | None = None,
+    final: SuccessRate | None = None,
+) -> Path:
+    """Draw the report for ``result`` into ``path`` (PNG) and return it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (curve, stages) = plt.subplots(1, 2, figsize=(12, 4.5))
+    steps = [r.step for r in result.records]
+    window = max(1, len(steps) // 20)
+    curve.plot(steps, [r.reward_mean for r in result.records], color="0.8", lw=0.8)
+    curve.plot(
+        steps, moving_average([r.reward_mean for r in result.records], window), label="reward"
+    )
+    success = [r.success_rate for r in result.records]
+    curve.plot(steps, moving_average(success, window), label="success rate (training)")
+    for rate, label, color in ((warm_start, "warm start", "C3"), (final, "after RL", "C2")):
+        if rate is not None:
+            curve.axhline(rate.rate, ls="--", color=color, label=f"{label} (held out): {rate}")
+            curve.axhspan(rate.low, rate.high, color=color, alpha=0.1)
+    curve.set(xlabel="optimizer step", ylabel="per batch", title="reward", ylim=(-0.05, 1.05))
+    curve.legend(fontsize=7, loc="lower right")
+
+    busy = [result.stage_shares[s][0] for s in STAGES]
+    waiting = [result.stage_shares[s][1] for s in STAGES]
+    stages.barh(STAGES, busy, label="busy", color="C0")
+    stages.barh(STAGES, waiting, left=busy, label="waiting", color="0.85")
+    stages.invert_yaxis()
+    stages.set(xlabel="seconds (last session)", title="the loop's four stages")
+    stages.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

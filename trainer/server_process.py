@@ -1,0 +1,150 @@
+"""Run the rollout server as a child process (``rollgym serve``) on a free loopback port.
+
+The trainer never imports the server; ``rollgym run``, the benchmarks and the end-to-end
+tests start it as its own process, configured through its ``ROLLGYM_*`` environment
+variables, and talk to it over HTTP like any other client::
+
+    with ServerProcess(model_dir=..., data_dir=run_dir / "server") as server:
+        with ServerClient(server.client_config()) as client:
+            client.policy_version()
+
+Leaving the ``with`` block stops the server (SIGTERM, then SIGKILL after a grace period);
+its output goes to ``log_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from pydantic import SecretStr
+
+from trainer.client import ServerClient
+from trainer.config import ClientConfig
+from trainer.errors import ServerUnavailable
+
+# vLLM on CPU: a fixed KV-cache budget and the engine core in-process (see notes/vllm-cpu.md)
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A ``rollgym serve`` child process; a context manager (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        model_dir: Path,
+        data_dir: Path,
+        log_path: Path | None = None,
+        admin_token: str | None = None,
+        settings: dict[str, str] | None = None,
+        startup_timeout_s: float = 300.0,
+        stop_timeout_s: float = 30.0,
+    ) -> None:
+        """``settings``: extra ``ROLLGYM_*`` variables, e.g. ``{"ROLLGYM_ENGINE__SEED": "1"}``."""
+        self.model_dir = model_dir
+        self.data_dir = data_dir
+        self.log_path = log_path or data_dir / "server.log"
+        self.admin_token = admin_token or secrets.token_urlsafe(24)
+        self.settings = dict(settings or {})
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client_config(self, **overrides: object) -> ClientConfig:
+        return ClientConfig.model_validate(
+            {"url": self.url, "admin_token": SecretStr(self.admin_token), **overrides}
+        )
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the server and return once ``/health`` answers."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        env = {
+            **os.environ,
+            **ENGINE_ENV,
+            "ROLLGYM_HOST": "127.0.0.1",
+            "ROLLGYM_PORT": str(self.port),
+            "ROLLGYM_ADMIN_TOKEN": self.admin_token,
+            "ROLLGYM_DATA_DIR": str(self.data_dir),
+            "ROLLGYM_ENGINE__MODEL_DIR": str(self.model_dir),
+            **self.settings,
+        }
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "rollgym.cli", "serve"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches us, not it
+            )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        with ServerClient(self.client_config(request_timeout_s=5.0)) as client:
+            while True:
+                if self._process is not None and self._process.poll() is not None:
+                    raise ServerUnavailable(
+                        f"the server exited with code {self._process.returncode} while "
+                        f"starting; its log ({self.log_path}) ends with:\n{self.log_tail()}"
+                    )
+                try:
+                    client.policy_version()
+                    return
+                except ServerUnavailable:
+                    if time.monotonic() > deadline:
+                        self.stop()
+                        raise ServerUnavailable(
+                            f"the server did not answer within {self.startup_timeout_s:.0f}s; "
+                            f"log tail:\n{self.log_tail()}"
+                        ) from None
+                    time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after ``stop_timeout_s``."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path.is_file():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

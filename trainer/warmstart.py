@@ -1,0 +1,125 @@
+"""Warm start: supervised fine-tuning (TRL's ``SFTTrainer``) on GuessNumber demonstrations.
+
+No pretrained model can be downloaded here, so the default model starts from random weights
+and first learns the game's format and a reasonable policy by imitation. The demonstrations
+mix the oracle (binary search over the range the feedback leaves open) with imperfect play
+(each guess random within that range with probability ``noise``): the warm-started policy
+then guesses well but not optimally, which leaves room for RL to improve its success rate.
+
+Each assistant turn is one conversational prompt-completion example: the prompt is the
+conversation so far, the completion the guess. TRL applies the model's chat template and
+trains on the completion tokens only (``completion_only_loss``), end-of-turn token included,
+so the model learns to stop where the rollout server stops sampling.
+
+The result is an ordinary model directory (weights + tokenizer); a marker file records the
+config, so a second call with the same config returns at once (``rollgym run`` resumes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import warnings
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MARKER_FILE = "rollgym-warmstart.json"
+
+
+class WarmStartConfig(BaseModel):
+    """The SFT warm start: demonstrations and optimisation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    oracle_episodes: int = Field(1500, ge=1, description="demonstrations by binary search")
+    imperfect_episodes: int = Field(1500, ge=0, description="demonstrations with noisy guesses")
+    noise: float = Field(1.0, ge=0, le=1, description="share of random guesses when imperfect")
+    low: int = 1
+    high: int = 16
+    max_turns: int = Field(5, ge=1)
+    epochs: float = Field(3.0, gt=0)
+    learning_rate: float = Field(2e-3, gt=0)
+    batch_size: int = Field(64, ge=1)
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def sft_examples(config: WarmStartConfig) -> list[dict[str, list[dict[str, str]]]]:
+    """One conversational prompt-completion example per assistant turn, shuffled."""
+    from envs.guess_demos import demonstrations
+
+    task = {"low": config.low, "high": config.high, "max_turns": config.max_turns}
+    conversations = demonstrations(config.oracle_episodes, seed=config.seed, **task)
+    conversations += demonstrations(
+        config.imperfect_episodes,
+        seed=config.seed + config.oracle_episodes,
+        noise=config.noise,
+        **task,
+    )
+    examples = []
+    for conversation in conversations:
+        messages = [{"role": m["role"], "content": m["content"]} for m in conversation]
+        for i, message in enumerate(messages):
+            if message["role"] == "assistant":
+                examples.append({"prompt": messages[:i], "completion": [message]})
+    random.Random(config.seed).shuffle(examples)
+    return examples
+
+
+def is_warm(out_dir: Path, config: WarmStartConfig) -> bool:
+    """Whether ``out_dir`` already holds this config's warm start."""
+    marker = out_dir / MARKER_FILE
+    return marker.is_file() and json.loads(marker.read_text()).get("fingerprint") == (
+        config.fingerprint()
+    )
+
+
+def warm_start(config: WarmStartConfig, base_model: Path, out_dir: Path) -> Path:
+    """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent)."""
+    if is_warm(out_dir, config):
+        return out_dir
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    work_dir = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
+    args = SFTConfig(
+        output_dir=str(work_dir),
+        num_train_epochs=config.epochs,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        max_length=512,
+        save_strategy="no",
+        logging_steps=25,
+        report_to=[],
+        disable_tqdm=True,
+        seed=config.seed,
+        bf16=False,
+        dataloader_pin_memory=False,
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="trl")
+        sft = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(sft_examples(config)),
+            processing_class=tokenizer,
+        )
+    sft.remove_callback(PrinterCallback)
+    sft.train()
+    sft.save_model(str(work_dir))
+    marker = {"fingerprint": config.fingerprint(), "config": config.model_dump()}
+    (work_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    work_dir.rename(out_dir)
+    return out_dir
