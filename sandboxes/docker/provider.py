@@ -226,19 +226,17 @@ class DockerProvider:
         with self._lock:
             container, box_dir = self._containers.pop(box_id, (None, None))
         if container is not None:
-            _remove_container(container)
+            self._remove_container(container.id)
         if box_dir is not None:
             shutil.rmtree(box_dir, ignore_errors=True)
 
     def sweep(self) -> int:
         """Remove containers and runtime folders whose owning process died."""
-        with docker_errors("listing sandbox containers"):
-            leftovers = self.client.containers.list(all=True, filters={"label": LABEL})
         removed = 0
-        for container in leftovers:
-            owner = Owner.decode(container.labels.get(LABEL_OWNER, ""))
+        for summary in self._list({"label": LABEL}):
+            owner = Owner.decode((summary.get("Labels") or {}).get(LABEL_OWNER, ""))
             if owner is not None and owner.is_gone():
-                _remove_container(container)
+                self._remove_container(summary["Id"])
                 removed += 1
         for folder in self.runtime_dir.parent.iterdir():
             owner_file = folder / OWNER_FILE
@@ -250,6 +248,20 @@ class DockerProvider:
             logger.info("swept %d sandbox containers of dead owners", removed)
         return removed
 
+    def _list(self, filters: dict[str, str]) -> list[dict[str, Any]]:
+        """Container summaries (the low-level list: no per-container inspect that could
+        race with a removal)."""
+        with docker_errors("listing sandbox containers"):
+            return list(self.client.api.containers(all=True, filters=filters))
+
+    def _remove_container(self, container_id: str) -> None:
+        try:
+            with docker_errors(f"removing container {container_id[:12]}"):
+                self.client.api.remove_container(container_id, force=True)
+        except SandboxError as exc:
+            if "No such container" not in str(exc) and "already in progress" not in str(exc):
+                logger.warning("%s", exc)
+
     def close(self) -> None:
         with self._lock:
             box_ids = list(self._containers)
@@ -257,21 +269,10 @@ class DockerProvider:
             self._remove(box_id)
         if self._client is not None:
             try:  # a last look, for a box whose start was cut short
-                with docker_errors("listing this pool's containers"):
-                    filters = {"label": f"{LABEL_POOL}={self.pool_id}"}
-                    for container in self.client.containers.list(all=True, filters=filters):
-                        _remove_container(container)
+                for summary in self._list({"label": f"{LABEL_POOL}={self.pool_id}"}):
+                    self._remove_container(summary["Id"])
             except SandboxError as exc:
                 logger.warning("could not check for leftover containers: %s", exc)
             if self._own_client:
                 self._client.close()
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
-
-
-def _remove_container(container: Container) -> None:
-    try:
-        with docker_errors(f"removing container {container.name}"):
-            container.remove(force=True)
-    except SandboxError as exc:
-        if "No such container" not in str(exc) and "is already in progress" not in str(exc):
-            logger.warning("%s", exc)

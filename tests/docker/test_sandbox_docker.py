@@ -28,7 +28,8 @@ QUIET = {"health_interval_s": 0}
 
 
 def pool_containers(docker_client, pool_id: str) -> list:
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_POOL}={pool_id}"})
+    filters = {"label": f"{LABEL_POOL}={pool_id}"}
+    return docker_client.containers.list(all=True, filters=filters, sparse=True)
 
 
 def wait_until(condition, timeout: float = 60.0) -> None:
