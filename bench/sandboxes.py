@@ -176,8 +176,20 @@ def print_turns(rows: list[Series], baselines: dict[int, Series]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@dataclass
+class Results:
+    rows: list[Series]
+    baselines: dict[int, Series]
+    sync_python: list[float]
+    resets: list[float]
+    acquires: list[float]
+    warm_up_s: float
+    starts: list[float]
+    stops: list[float]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measured series")
     parser.add_argument("--resets", type=int, default=40)
@@ -186,89 +198,139 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="uvicorn runs uvloop"
     )
-    args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    top = max(sizes)
-    print(
-        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()} at start (shared machine)"
-    )
-    print(f"async calls on {args.loop}")
+    return parser.parse_args(argv)
 
-    config = PoolConfig(size=top, health_interval_s=0, acquire_timeout_s=120)
+
+def measure_turns(
+    leases: list[Sandbox], containers: list, sizes: list[int], args: argparse.Namespace
+) -> tuple[list[Series], dict[int, Series]]:
+    rows: list[Series] = []
+    baselines: dict[int, Series] = {}
+    run = uvloop.run if args.loop == "uvloop" else asyncio.run
+    for n in sizes:
+        baselines[n] = docker_exec_turns(containers[:n], args.seconds)
+        rows.append(baselines[n])
+        ids = [c.id for c in containers[:n]]
+        for op in ("shell", "python"):
+            rows.append(run(executor_turns(leases[:n], op, args.seconds, ids)))
+    return rows, baselines
+
+
+def measure_reset(box: Sandbox, repeat: int) -> list[float]:
+    def dirty() -> None:
+        box.write_file("/work/.cache/f", "x" * 1000)
+        box.run_shell("sleep 100 >/dev/null 2>&1 &")
+        box.run_python("y = list(range(1000))")
+
+    return timed(box.reset, repeat, before=dirty)
+
+
+def measure_acquire(pool: DockerSandboxPool, repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        lease = pool.acquire()
+        samples.append(time.perf_counter() - start)
+        pool.release(lease)  # resets the box: not part of the acquire
+    return samples
+
+
+def measure(args: argparse.Namespace) -> Results:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    config = PoolConfig(size=max(sizes), health_interval_s=0, acquire_timeout_s=120)
     client = docker.from_env()
     started = time.perf_counter()
     pool = DockerSandboxPool(config, client=client)
     pool.start()
     warm_up_s = time.perf_counter() - started
-    rows: list[Series] = []
-    baselines: dict[int, Series] = {}
     try:
-        leases = [pool.acquire() for _ in range(top)]
-        by_name = {
-            c.name: c
-            for c in client.containers.list(filters={"label": f"{LABEL_POOL}={pool.pool_id}"})
-        }
+        leases = [pool.acquire() for _ in range(config.size)]
+        filters = {"label": f"{LABEL_POOL}={pool.pool_id}"}
+        by_name = {c.name: c for c in client.containers.list(filters=filters)}
         containers = [by_name[f"rollgym-sbx-{lease.id}"] for lease in leases]
-        run = uvloop.run if args.loop == "uvloop" else asyncio.run
-        for n in sizes:
-            baselines[n] = docker_exec_turns(containers[:n], args.seconds)
-            rows.append(baselines[n])
-            ids = [c.id for c in containers[:n]]
-            for op in ("shell", "python"):
-                rows.append(run(executor_turns(leases[:n], op, args.seconds, ids)))
-        box = leases[0]
-        sync_python = timed(lambda: box.run_python("x = 1"), 2000)
-
-        def dirty() -> None:
-            box.write_file("/work/.cache/f", "x" * 1000)
-            box.run_shell("sleep 100 >/dev/null 2>&1 &")
-            box.run_python("y = list(range(1000))")
-
-        resets = timed(box.reset, args.resets, before=dirty)
+        rows, baselines = measure_turns(leases, containers, sizes, args)
+        sync_python = timed(lambda: leases[0].run_python("x = 1"), 2000)
+        resets = measure_reset(leases[0], args.resets)
         for lease in leases:
             pool.release(lease)
-        acquires: list[float] = []
-        for _ in range(args.acquires):
-            start = time.perf_counter()
-            lease = pool.acquire()
-            acquires.append(time.perf_counter() - start)
-            pool.release(lease)
+        acquires = measure_acquire(pool, args.acquires)
     finally:
         pool.close()
+        client.close()
     starts, stops = cold_starts(config, args.cold_starts)
+    return Results(rows, baselines, sync_python, resets, acquires, warm_up_s, starts, stops)
 
-    print()
-    print_turns(rows, baselines)
+
+def check(name: str, value: float, target: str = "", met: bool | None = None) -> None:
+    verdict = "" if met is None else ("yes" if met else "NO")
+    print(f"{name:<44}{value:>12.3f}{target:>12}{verdict:>6}")
+
+
+def report(r: Results) -> None:
+    print_turns(r.rows, r.baselines)
     print(
         "p50 x / rate x: times faster / more turns per second than docker exec at the same number\n"
         "of boxes. cpu us: host process + the boxes' cgroups per turn; cpu-bound/s: the turns/s\n"
         "all cores would give at that cost (docker exec's cost is mostly in dockerd, not shown)."
     )
-    python_1 = next(r for r in rows if r.boxes == min(sizes) and "python" in r.name)
-    python_top = next(r for r in rows if r.boxes == top and "python" in r.name)
-    exec_1 = baselines[min(sizes)]
-    recreate_ms = p50_ms(starts) + p50_ms(stops)
-    print()
-    print(f"{'measure':<44}{'value':>12}{'target':>12}{'met':>6}")
-    checks = [
-        ("python round trip, 1 box, sync, p50 ms", p50_ms(sync_python), f"<= {TARGETS['python_p50_ms']}", p50_ms(sync_python) <= TARGETS["python_p50_ms"]),
-        ("python round trip, 1 box, async, p50 ms", python_1.pct(50), f"<= {TARGETS['python_p50_ms']}", python_1.pct(50) <= TARGETS["python_p50_ms"]),
-        ("docker exec p50 / python p50, 1 box (x)", exec_1.pct(50) / python_1.pct(50), f">= {TARGETS['python_vs_exec']:.0f}", exec_1.pct(50) / python_1.pct(50) >= TARGETS["python_vs_exec"]),
-        (f"python turns/s, {top} boxes", python_top.rate, f">= {TARGETS['turns_per_s_32']:.0f}", python_top.rate >= TARGETS["turns_per_s_32"]),
-        ("reset p50 ms (dirty box)", p50_ms(resets), f"<= {TARGETS['reset_p50_ms']:.0f}", p50_ms(resets) <= TARGETS["reset_p50_ms"]),
-        ("recreate (remove + cold start) / reset (x)", recreate_ms / p50_ms(resets), "", True),
-        ("acquire from a warm pool p50 ms", p50_ms(acquires), f"<= {TARGETS['acquire_p50_ms']}", p50_ms(acquires) <= TARGETS["acquire_p50_ms"]),
-        ("cold start p50 ms (create+start+answer)", p50_ms(starts), "", True),
-        ("stop + remove p50 ms", p50_ms(stops), "", True),
-        (f"warm-up of {top} boxes, s (parallel)", warm_up_s, "", True),
-        (f"{top} sequential cold starts / warm-up (x)", top * p50_ms(starts) / 1e3 / warm_up_s, "", True),
-    ]  # fmt: skip
-    for name, value, target, met in checks:
-        print(
-            f"{name:<44}{value:>12.3f}{target:>12}{('yes' if met else 'NO') if target else '':>6}"
-        )
+    smallest, top = min(r.baselines), max(r.baselines)
+    python_1 = next(row for row in r.rows if row.boxes == smallest and "python" in row.name)
+    python_top = next(row for row in r.rows if row.boxes == top and "python" in row.name)
+    speedup = r.baselines[smallest].pct(50) / python_1.pct(50)
+    t = TARGETS
+    print(f"\n{'measure':<44}{'value':>12}{'target':>12}{'met':>6}")
+    check(
+        "python round trip, 1 box, sync, p50 ms",
+        p50_ms(r.sync_python),
+        f"<= {t['python_p50_ms']}",
+        p50_ms(r.sync_python) <= t["python_p50_ms"],
+    )
+    check(
+        "python round trip, 1 box, async, p50 ms",
+        python_1.pct(50),
+        f"<= {t['python_p50_ms']}",
+        python_1.pct(50) <= t["python_p50_ms"],
+    )
+    check(
+        "docker exec p50 / python p50, 1 box (x)",
+        speedup,
+        f">= {t['python_vs_exec']:.0f}",
+        speedup >= t["python_vs_exec"],
+    )
+    check(
+        f"python turns/s, {top} boxes",
+        python_top.rate,
+        f">= {t['turns_per_s_32']:.0f}",
+        python_top.rate >= t["turns_per_s_32"],
+    )
+    check(
+        "reset p50 ms (dirty box)",
+        p50_ms(r.resets),
+        f"<= {t['reset_p50_ms']:.0f}",
+        p50_ms(r.resets) <= t["reset_p50_ms"],
+    )
+    check(
+        "recreate (remove + cold start) / reset (x)",
+        (p50_ms(r.starts) + p50_ms(r.stops)) / p50_ms(r.resets),
+    )
+    check(
+        "acquire from a warm pool p50 ms",
+        p50_ms(r.acquires),
+        f"<= {t['acquire_p50_ms']}",
+        p50_ms(r.acquires) <= t["acquire_p50_ms"],
+    )
+    check("cold start p50 ms (create+start+answer)", p50_ms(r.starts))
+    check("stop + remove p50 ms", p50_ms(r.stops))
+    check(f"warm-up of {top} boxes, s (parallel)", r.warm_up_s)
+    check(f"{top} sequential cold starts / warm-up (x)", top * p50_ms(r.starts) / 1e3 / r.warm_up_s)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()} at start (shared)")
+    print(f"async calls on {args.loop}\n")
+    report(measure(args))
     print(f"\nload average {os.getloadavg()} at end")
-    client.close()
 
 
 if __name__ == "__main__":
