@@ -93,6 +93,7 @@ class TrajectoryBuffer:
         self._clock = clock
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="trajectory-buffer")
         self._db: sqlite3.Connection | None = None
+        self._closed = False
         self._changed = asyncio.Condition()
         self.depth = BufferDepth()
         self.dropped_stale = 0  # trajectories, since this process started
@@ -107,6 +108,7 @@ class TrajectoryBuffer:
     async def close(self) -> None:
         if self._db is not None:
             await self._run(self._close)
+        self._closed = True
         self._executor.shutdown(wait=True)
 
     async def __aenter__(self) -> TrajectoryBuffer:
@@ -129,6 +131,8 @@ class TrajectoryBuffer:
         self._db = None
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        if self._closed:
+            raise BufferClosed("the trajectory buffer is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn, *args)
 
@@ -218,7 +222,8 @@ class TrajectoryBuffer:
                 break
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), min(left, _POLL_S))
+                    async with asyncio.timeout(min(left, _POLL_S)):
+                        await self._changed.wait()
         limit = 0 if abandoned is not None and await abandoned() else request.num_groups
         leased = await self._run(self._lease, limit)
         self.dropped_stale += dropped

@@ -4,13 +4,14 @@ The script maps a prompt to the tokens to "sample"; logprobs are a fixed functio
 version (``-0.1 * (version + 1)``), so tests can tell versions apart in a trajectory. It
 keeps the real engine's contract: a generation comes from one version (with ``finish``,
 a swap waits for running generations), ``max_tokens`` and stop ids cut the output, and
-``cached_tokens`` counts the longest prefix shared with an earlier context (a stand-in for
-vLLM's prefix cache), reset by a swap.
+``cached_tokens`` counts the longest prefix shared with one of the last 256 contexts (a
+stand-in for vLLM's prefix cache), reset by a swap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ class FakeEngine:
         self._running = 0
         self._idle = asyncio.Condition()
         self._swap_lock = asyncio.Lock()
-        self._contexts: list[list[int]] = []
+        self._contexts: collections.deque[list[int]] = collections.deque(maxlen=256)
         self.swapped: list[StagedWeights | NcclWeights] = []
         self.prompts: list[list[int]] = []
 

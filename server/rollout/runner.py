@@ -124,7 +124,7 @@ class RolloutRunner:
         self, job: RolloutJob, gate: AdmissionGate, schedule: SeedSchedule, keep: GroupFilter
     ) -> None:
         max_groups = max(self._config.max_concurrent_episodes // job.group_size, 1)
-        while True:
+        while self._error is None:
             in_flight = len(self._groups)
             room = min(gate.room(in_flight, self._buffer.depth.total), max_groups - in_flight)
             for _ in range(room):
@@ -134,13 +134,13 @@ class RolloutRunner:
                 task.add_done_callback(self._group_done)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), _IDLE_POLL_S)
+                async with asyncio.timeout(_IDLE_POLL_S):  # not wait_for: it can eat a cancel
+                    await self._wake.wait()
 
     def _group_done(self, task: asyncio.Task[None]) -> None:
         self._groups.discard(task)
         self._wake.set()
         if task.cancelled():
-            self._counts.dropped_stopped += 1
             return
         error = task.exception()
         if error is not None and self._error is None:
@@ -152,27 +152,46 @@ class RolloutRunner:
     async def _group(
         self, job: RolloutJob, seed: int, schedule: SeedSchedule, keep: GroupFilter
     ) -> None:
-        group_id = uuid.uuid4().hex
+        """Roll out one group; once its episodes are done, persisting it is not cancelled."""
         spec = EpisodeSpec(
             env_id=job.env_id,
             env_kwargs=dict(job.env_kwargs),
             task_seed=seed,
-            group_id=group_id,
+            group_id=uuid.uuid4().hex,
             sampling=job.sampling,
             max_turns=job.max_turns,
         )
-        trajectories = await asyncio.gather(*(self._episode(spec) for _ in range(job.group_size)))
+        try:
+            trajectories = await asyncio.gather(
+                *(self._episode(spec) for _ in range(job.group_size))
+            )
+        except asyncio.CancelledError:
+            self._counts.dropped_stopped += 1
+            raise
+        if trajectories:
+            schedule.observe(seed, statistics.fmean(len(t.completion_ids) for t in trajectories))
+        persisting = asyncio.ensure_future(self._keep(job, spec, trajectories, keep))
+        try:
+            await asyncio.shield(persisting)
+        except asyncio.CancelledError:
+            await persisting  # a finished group is persisted and counted, then we stop
+            raise
+
+    async def _keep(
+        self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory], keep: GroupFilter
+    ) -> None:
         valid, invalid = keep.split(trajectories)
         for trajectory in invalid:
             await self._buffer.put_invalid(trajectory)
             self._counts.invalid_trajectories += 1
             self._metrics.invalid.inc()
-        if valid:
-            schedule.observe(seed, statistics.fmean(len(t.completion_ids) for t in valid))
         verdict = keep.verdict([t.reward for t in valid])
         if verdict is Verdict.KEEP:
             group = TrajectoryGroup(
-                group_id=group_id, env_id=job.env_id, task_seed=seed, trajectories=valid
+                group_id=spec.group_id,
+                env_id=job.env_id,
+                task_seed=spec.task_seed,
+                trajectories=valid,
             )
             if await self._buffer.put_group(group):  # durable before it counts
                 self._counts.completed_groups += 1

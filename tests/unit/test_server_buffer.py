@@ -1,0 +1,158 @@
+"""The trajectory buffer: durable, versioned, each group handed out once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from server.buffer import TrajectoryBuffer
+from server.config import BufferConfig
+from server.wire import PullRequest, Trajectory, TrajectoryGroup
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def group(group_id: str, version: int = 0, size: int = 2) -> TrajectoryGroup:
+    trajectories = [
+        Trajectory(
+            id=f"{group_id}-{i}",
+            group_id=group_id,
+            env_id="test/Scripted-v0",
+            prompt_ids=[1, 2],
+            completion_ids=[3, 4],
+            logprobs=[-0.5, 0.0],
+            loss_mask=[1, 0],
+            reward=float(i),
+            terminated=True,
+            truncated=False,
+            min_version=version,
+            max_version=version,
+            turns=[],
+            created_at=time.time(),
+        )
+        for i in range(size)
+    ]
+    return TrajectoryGroup(group_id=group_id, env_id="test/Scripted-v0", trajectories=trajectories)
+
+
+def pull(n: int, version: int = 0, staleness: int = 1, timeout: float = 0.0) -> PullRequest:
+    return PullRequest(
+        trainer_version=version, max_staleness=staleness, num_groups=n, timeout_s=timeout
+    )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def buffer(tmp_path, clock):
+    async with TrajectoryBuffer(
+        tmp_path / "b.sqlite3", BufferConfig(lease_timeout_s=30), clock=clock
+    ) as b:
+        yield b
+
+
+async def test_a_group_is_handed_out_once_and_never_again_after_its_ack(buffer) -> None:
+    assert await buffer.put_group(group("g1"))
+    assert await buffer.put_group(group("g2"))
+    first, leased = await buffer.pull(pull(2), policy_version=0)
+    assert [g.group_id for g in first.groups] == ["g1", "g2"]
+    assert first.lease_id is not None and len(leased.waited_s) == 2
+    assert buffer.depth.leased == 2 and buffer.depth.ready == 0
+    again, _ = await buffer.pull(pull(2), policy_version=0)
+    assert again.groups == [] and again.lease_id is None
+    assert await buffer.ack(["g1", "g2"]) == 2
+    assert await buffer.ack(["g1", "g2", "unknown"]) == 2  # idempotent
+    assert buffer.depth.total == 0
+
+
+async def test_a_group_id_is_stored_once(buffer) -> None:
+    assert await buffer.put_group(group("g1"))
+    assert not await buffer.put_group(group("g1"))
+    response, _ = await buffer.pull(pull(4), policy_version=0)
+    assert len(response.groups) == 1
+
+
+async def test_an_unacked_lease_is_handed_out_again_after_the_timeout(buffer, clock) -> None:
+    await buffer.put_group(group("g1"))
+    first, _ = await buffer.pull(pull(1), policy_version=0)
+    clock.now += 29
+    assert (await buffer.pull(pull(1), policy_version=0))[0].groups == []
+    clock.now += 2
+    second, _ = await buffer.pull(pull(1), policy_version=0)
+    assert [g.group_id for g in second.groups] == ["g1"]
+    assert second.lease_id != first.lease_id
+
+
+async def test_stale_groups_are_dropped_and_counted_never_delivered(buffer) -> None:
+    await buffer.put_group(group("old", version=0, size=3))
+    await buffer.put_group(group("new", version=2))
+    response, _ = await buffer.pull(pull(4, version=3, staleness=1), policy_version=3)
+    assert [g.group_id for g in response.groups] == ["new"]
+    assert response.dropped_stale == 3 and buffer.dropped_stale == 3
+    assert await buffer.ack(["old"]) == 0
+
+
+async def test_the_long_poll_answers_as_soon_as_enough_groups_arrive(buffer) -> None:
+    waiting = asyncio.create_task(buffer.pull(pull(2, timeout=30), policy_version=0))
+    await asyncio.sleep(0.05)
+    await buffer.put_group(group("g1"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # one group is not a batch
+    await buffer.put_group(group("g2"))
+    response, _ = await asyncio.wait_for(waiting, 5)
+    assert len(response.groups) == 2
+
+
+async def test_the_long_poll_times_out_with_what_it_has(buffer) -> None:
+    await buffer.put_group(group("g1"))
+    response, _ = await buffer.pull(pull(3, timeout=0.2), policy_version=0)
+    assert [g.group_id for g in response.groups] == ["g1"]
+
+
+async def test_a_caller_that_went_away_gets_nothing_leased(buffer) -> None:
+    await buffer.put_group(group("g1"))
+
+    async def gone() -> bool:
+        return True
+
+    response, _ = await buffer.pull(pull(1), policy_version=0, abandoned=gone)
+    assert response.groups == []
+    assert buffer.depth.ready == 1
+
+
+async def test_a_restart_keeps_every_group_and_every_ack(tmp_path, clock) -> None:
+    path = tmp_path / "b.sqlite3"
+    config = BufferConfig(lease_timeout_s=30)
+    async with TrajectoryBuffer(path, config, clock=clock) as buffer:
+        for name in ("a", "b", "c"):
+            await buffer.put_group(group(name))
+        response, _ = await buffer.pull(pull(2), policy_version=0)
+        await buffer.ack([response.groups[0].group_id])  # "a" acked, "b" leased
+    async with TrajectoryBuffer(path, config, clock=clock) as buffer:
+        assert buffer.depth.ready == 1 and buffer.depth.leased == 1
+        assert not await buffer.put_group(group("a"))  # no duplicate after the restart
+        response, _ = await buffer.pull(pull(3), policy_version=0)
+        assert [g.group_id for g in response.groups] == ["c"]
+        assert await buffer.ack(["c"]) == 1
+        clock.now += 31  # "b" was never acked: it comes back, whole
+        response, _ = await buffer.pull(pull(3), policy_version=0)
+        assert [g.group_id for g in response.groups] == ["b"]
+        assert [t.id for t in response.groups[0].trajectories] == ["b-0", "b-1"]
+
+
+async def test_invalid_trajectories_are_kept_aside(buffer) -> None:
+    bad = group("g1").trajectories[0].model_copy(update={"valid": False, "invalid_reason": "x"})
+    await buffer.put_invalid(bad)
+    assert await buffer.count_invalid() == 1
+    assert buffer.depth.total == 0

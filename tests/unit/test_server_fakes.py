@@ -1,0 +1,146 @@
+"""Fakes and helpers for the server's unit tests (real twins: tests/engine and tests/e2e).
+
+* ``ScriptedEnv``: a chat env whose rewards, turn count, latency and failures are set by
+  the test; ``ScriptedEnvs`` makes it (and the real GuessNumber) by id.
+* ``guessing_script``: a ``FakeEngine`` script that answers with a number drawn from a
+  seeded RNG, then the end-of-turn token, so GuessNumber groups have reward variance.
+* ``in_process``: an app's lifespan plus an httpx client over ``ASGITransport``.
+* ``safetensors_bytes``: a checkpoint that fits ``FAKE_MANIFEST`` (or does not).
+
+This module holds no tests; the test modules import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import httpx
+import torch
+from fastapi import FastAPI
+from safetensors.torch import save
+
+from envs.spaces import ChatText, Messages
+from server.chat import ChatCodec
+from server.config import ServerSettings
+from server.engine.fake import FakeEngine
+from server.errors import NotFound
+from server.rollout.environments import RegistryEnvs
+
+ADMIN_TOKEN = "unit-test-admin-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+SCRIPTED = "test/Scripted-v0"
+
+
+class ScriptedEnv(gymnasium.Env[Any, str]):
+    """Asks for an answer ``turns`` times; pays ``reward_of(seed, action)`` each step.
+
+    ``fail_on`` makes that step (1-based) report an infrastructure failure; ``latency_s``
+    makes each step take that long (``env_s`` reports it, ``sandbox_s`` half of it).
+    """
+
+    def __init__(
+        self,
+        *,
+        turns: int = 2,
+        reward_of: Callable[[int, str], float] = lambda seed, action: 0.0,
+        fail_on: int | None = None,
+        latency_s: float = 0.0,
+        reset_fails: bool = False,
+    ):
+        self.observation_space = Messages()
+        self.action_space = ChatText()
+        self._turns, self._reward_of, self._fail_on = turns, reward_of, fail_on
+        self._latency_s, self._reset_fails = latency_s, reset_fails
+        self.actions: list[str] = []
+        self.closed = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        if self._reset_fails:
+            raise RuntimeError("the box would not start")
+        self._seed, self._step = seed or 0, 0
+        opening = (
+            {"role": "system", "content": "Answer with a number."},
+            {"role": "user", "content": f"Task {self._seed}."},
+        )
+        return opening, {"env_s": 0.0, "sandbox_s": 0.0}
+
+    def step(self, action: str) -> Any:
+        started = time.perf_counter()
+        if self._latency_s:
+            time.sleep(self._latency_s)
+        self._step += 1
+        self.actions.append(action)
+        env_s = time.perf_counter() - started
+        info: dict[str, Any] = {"env_s": env_s, "sandbox_s": env_s / 2, "failure": None}
+        if self._step == self._fail_on:
+            info.update(failure="infra", error="the box died")
+            return (), 0.0, False, True, info
+        reward = self._reward_of(self._seed, action)
+        done = self._step >= self._turns
+        feedback = ({"role": "user", "content": f"Step {self._step} done."},)
+        return feedback, reward, done, False, info
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedEnvs:
+    """An ``EnvFactory``: ``SCRIPTED`` makes a ``ScriptedEnv``; other ids go to the registry."""
+
+    def __init__(self, **env_options: Any):
+        self.env_options = env_options
+        self.made: list[ScriptedEnv] = []
+        self._registry = RegistryEnvs(lambda: None)
+
+    def check(self, env_id: str) -> None:
+        if env_id != SCRIPTED:
+            self._registry.check(env_id)
+
+    def make(
+        self, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None
+    ) -> gymnasium.Env[Any, Any]:
+        if env_id != SCRIPTED:
+            return self._registry.make(env_id, env_kwargs, max_turns=max_turns)
+        if env_kwargs:
+            raise NotFound("the scripted env takes no kwargs")
+        env = ScriptedEnv(**self.env_options)
+        self.made.append(env)
+        return env
+
+
+def guessing_script(codec: ChatCodec, seed: int = 0) -> Callable[[Sequence[int]], list[int]]:
+    """Answer each prompt with a random number from 1 to 16, then end the turn."""
+    rng = random.Random(seed)
+    return lambda prompt: [*codec.encode(str(rng.randint(1, 16))), codec.eos_id]
+
+
+def settings(tmp_path: Path, **overrides: Any) -> ServerSettings:
+    return ServerSettings(admin_token=ADMIN_TOKEN, data_dir=tmp_path / "data", **overrides)
+
+
+@contextlib.asynccontextmanager
+async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """Run ``app``'s lifespan and yield a client that calls it in-process."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+            yield client
+
+
+def engine_factory(engine: FakeEngine) -> Callable[[Any], FakeEngine]:
+    return lambda config: engine
+
+
+def safetensors_bytes(
+    shape: tuple[int, ...] = (8, 4),
+    dtype: torch.dtype = torch.float32,
+    name: str = "model.embed_tokens.weight",
+) -> bytes:
+    return save({name: torch.ones(shape, dtype=dtype)})

@@ -1,0 +1,171 @@
+"""Weight updates are checked before the engine is touched; one at a time; versioned."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import torch
+from safetensors.torch import save
+from test_server_fakes import safetensors_bytes
+
+from server.engine.fake import FAKE_MANIFEST, FakeEngine
+from server.errors import (
+    BadWeights,
+    NotFound,
+    TruncatedWeights,
+    UpdateInProgress,
+    VersionMismatch,
+    WeightsTooLarge,
+)
+from server.metrics import ServerMetrics
+from server.weights.base import NcclWeights, TensorSpec
+from server.weights.safetensors_check import check_announced, read_header, read_manifest, stage
+from server.weights.updater import WeightUpdater
+
+
+def write(tmp_path, data: bytes, name: str = "w.safetensors"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+async def chunks(data: bytes, size: int = 7) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def updater(engine: FakeEngine, tmp_path, **kwargs) -> WeightUpdater:
+    kwargs.setdefault("max_bytes", 1 << 20)
+    return WeightUpdater(engine, tmp_path / "staging", metrics=ServerMetrics(), **kwargs)
+
+
+def test_header_gives_names_dtypes_and_shapes(tmp_path) -> None:
+    path = write(
+        tmp_path, save({"a": torch.zeros(2, 3), "b": torch.zeros(4, dtype=torch.bfloat16)})
+    )
+    tensors, _ = read_header(path)
+    assert tensors == {"a": TensorSpec("F32", (2, 3)), "b": TensorSpec("BF16", (4,))}
+    assert read_manifest([path], dtype="F32")["b"] == TensorSpec("F32", (4,))
+
+
+@pytest.mark.parametrize("cut", [4, 20, -1])
+def test_a_truncated_file_is_named_as_such(tmp_path, cut) -> None:
+    data = safetensors_bytes()
+    with pytest.raises(TruncatedWeights):
+        read_header(write(tmp_path, data[:cut]))
+
+
+def test_garbage_is_not_safetensors(tmp_path) -> None:
+    with pytest.raises(BadWeights):
+        read_header(write(tmp_path, b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!"))
+    with pytest.raises(BadWeights, match="after the last tensor"):
+        read_header(write(tmp_path, safetensors_bytes() + b"extra"))
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (safetensors_bytes(shape=(8, 5)), "wrong dtype or shape"),
+        (safetensors_bytes(dtype=torch.float16), "F16"),
+        (safetensors_bytes(name="model.other.weight"), "unknown tensors model.other.weight"),
+        (save({"x": torch.zeros(1)}), "missing tensors model.embed_tokens.weight"),
+    ],
+)
+def test_weights_that_do_not_fit_the_model_are_rejected(tmp_path, data, problem) -> None:
+    with pytest.raises(BadWeights, match=problem):
+        stage([write(tmp_path, data)], FAKE_MANIFEST)
+
+
+def test_a_tied_lm_head_stands_for_the_embedding(tmp_path) -> None:
+    aliases = {"lm_head.weight": "model.embed_tokens.weight"}
+    alone = stage(
+        [write(tmp_path, safetensors_bytes(name="lm_head.weight"))], FAKE_MANIFEST, aliases=aliases
+    )
+    assert alone.renames == {"lm_head.weight": "model.embed_tokens.weight"}
+    both = save({"lm_head.weight": torch.ones(8, 4), "model.embed_tokens.weight": torch.ones(8, 4)})
+    staged = stage([write(tmp_path, both, "both.safetensors")], FAKE_MANIFEST, aliases=aliases)
+    assert staged.skip == {"lm_head.weight"} and not staged.renames
+
+
+def test_an_nccl_announcement_is_checked_like_a_file() -> None:
+    good = NcclWeights(("model.embed_tokens.weight",), ("float32",), ((8, 4),))
+    check_announced(good, FAKE_MANIFEST, {})
+    assert good.nbytes == 8 * 4 * 4
+    with pytest.raises(BadWeights, match="wrong dtype or shape"):
+        check_announced(NcclWeights(good.names, ("bfloat16",), good.shapes), FAKE_MANIFEST, {})
+
+
+async def test_an_upload_swaps_and_bumps_the_version(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    weights = updater(engine, tmp_path)
+    result = await weights.from_stream(chunks(safetensors_bytes()), expected_version=0)
+    assert result.policy_version == engine.policy_version == 1
+    assert result.bytes == len(safetensors_bytes()) and result.in_flight_policy == "finish"
+    assert len(engine.swapped) == 1
+    second = await weights.from_stream(chunks(safetensors_bytes()), expected_version=None)
+    assert second.policy_version == 2
+    # the last good upload stays on disk (the engine's fallback), older ones are removed
+    assert list((tmp_path / "staging").iterdir()) == [engine.swapped[-1].files[0]]
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (safetensors_bytes()[:-3], TruncatedWeights),
+        (safetensors_bytes(shape=(4, 4)), BadWeights),
+    ],
+)
+async def test_a_bad_upload_never_reaches_the_engine(tmp_path, data, error) -> None:
+    engine = FakeEngine(lambda p: [])
+    with pytest.raises(error):
+        await updater(engine, tmp_path).from_stream(chunks(data), expected_version=None)
+    assert engine.swapped == [] and engine.policy_version == 0
+    assert list((tmp_path / "staging").iterdir()) == []
+
+
+async def test_an_oversized_upload_is_refused(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    with pytest.raises(WeightsTooLarge):
+        await updater(engine, tmp_path, max_bytes=64).from_stream(
+            chunks(safetensors_bytes()), expected_version=None
+        )
+    assert engine.policy_version == 0
+
+
+async def test_the_expected_version_guards_against_races(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    weights = updater(engine, tmp_path)
+    with pytest.raises(VersionMismatch, match="at policy version 0, not 3"):
+        await weights.from_stream(chunks(safetensors_bytes()), expected_version=3)
+    assert engine.swapped == []
+
+
+async def test_a_second_update_while_one_runs_is_refused(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    weights = updater(engine, tmp_path)
+    release = asyncio.Event()
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        await release.wait()
+        yield safetensors_bytes()
+
+    first = asyncio.create_task(weights.from_stream(slow_body(), expected_version=0))
+    await asyncio.sleep(0.01)
+    assert weights.updating
+    with pytest.raises(UpdateInProgress):
+        await weights.from_stream(chunks(safetensors_bytes()), expected_version=0)
+    release.set()
+    assert (await first).policy_version == 1
+
+
+async def test_weights_from_a_path(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    weights = updater(engine, tmp_path)
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    write(checkpoint, safetensors_bytes(), "model.safetensors")
+    assert (await weights.from_path(checkpoint, expected_version=0)).policy_version == 1
+    with pytest.raises(NotFound):
+        await weights.from_path(tmp_path / "nowhere", expected_version=None)
