@@ -89,7 +89,7 @@ class ExecutorSandbox:
         except TransportError:
             self._python.close()
             reply = self._call(self._lost_python_request(), self._config.host_grace_s)
-            reply["duration_s"] = time.perf_counter() - start  # the box could not time it
+            self._complete_lost_python(request, reply, start)
         return self._exec_result(request, reply, time.perf_counter() - start)
 
     def write_file(self, path: str, content: bytes | str) -> None:
@@ -122,7 +122,7 @@ class ExecutorSandbox:
         except TransportError:
             self._python.close()
             reply = await self._acall(self._lost_python_request(), self._config.host_grace_s)
-            reply["duration_s"] = time.perf_counter() - start  # the box could not time it
+            self._complete_lost_python(request, reply, start)
         return self._exec_result(request, reply, time.perf_counter() - start)
 
     async def awrite_file(self, path: str, content: bytes | str) -> None:
@@ -138,9 +138,6 @@ class ExecutorSandbox:
         start = time.perf_counter()
         reply = await self._acall({"op": "reset"}, self._config.reset_timeout_s)
         self._finish_reset(reply, start)
-
-    async def aping(self) -> None:
-        await self._acall({"op": "ping"}, self._config.host_grace_s)
 
     # -- life -------------------------------------------------------------------------------
     def mark_dead(self, reason: str) -> None:
@@ -164,6 +161,12 @@ class ExecutorSandbox:
 
     def _lost_python_request(self) -> Message:
         return {"op": "python_exit", "cap": self._config.output_limit_bytes}
+
+    @staticmethod
+    def _complete_lost_python(request: Message, reply: Message, start: float) -> None:
+        """The box could not time a call it lost; one that outlived its timeout timed out."""
+        reply["duration_s"] = time.perf_counter() - start
+        reply["timed_out"] = reply["timed_out"] or reply["duration_s"] >= request["timeout"]
 
     def _write_request(self, path: str, content: bytes | str) -> Message:
         data = content.encode() if isinstance(content, str) else content

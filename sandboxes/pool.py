@@ -168,9 +168,9 @@ class WarmPool:
     # -- acquire --------------------------------------------------------------------------------
     def acquire(self, *, timeout: float | None = None) -> Sandbox:
         start = time.perf_counter()
-        lease, waiter = self._lease_or_wait(None)
-        if lease is None:
-            seconds = self._acquire_timeout(timeout)
+        lease = self._lease_or_wait(None)
+        if isinstance(lease, _Waiter):
+            waiter, seconds = lease, self._acquire_timeout(timeout)
             waiter.event.wait(seconds)
             with self._lock:
                 if waiter.lease is None and waiter.error is None:
@@ -178,16 +178,16 @@ class WarmPool:
                     raise PoolTimeout(self._timeout_message(seconds))
             if waiter.error is not None:
                 raise waiter.error
+            assert waiter.lease is not None
             lease = waiter.lease
-        assert lease is not None
         self._metrics.observe(m.POOL_WAIT, time.perf_counter() - start)
         return lease
 
     async def aacquire(self, *, timeout: float | None = None) -> Sandbox:
         start = time.perf_counter()
-        lease, waiter = self._lease_or_wait(asyncio.get_running_loop())
-        if lease is None:
-            lease = await self._await_lease(waiter, self._acquire_timeout(timeout))
+        lease = self._lease_or_wait(asyncio.get_running_loop())
+        if isinstance(lease, _Waiter):
+            lease = await self._await_lease(lease, self._acquire_timeout(timeout))
         self._metrics.observe(m.POOL_WAIT, time.perf_counter() - start)
         return lease
 
@@ -207,19 +207,20 @@ class WarmPool:
                 raise PoolTimeout(self._timeout_message(seconds)) from None
             raise
 
-    def _lease_or_wait(
-        self, loop: asyncio.AbstractEventLoop | None
-    ) -> tuple[PooledSandbox | None, _Waiter]:
-        waiter = _Waiter(loop)
+    def _lease_or_wait(self, loop: asyncio.AbstractEventLoop | None) -> PooledSandbox | _Waiter:
+        """A lease on an idle box, or else a waiter queued for the next free one."""
         with self._lock:
-            if self._state is not PoolState.OPEN:
-                raise SandboxStateError(f"the pool is {self._state.value}")
+            if self._state is PoolState.NEW:
+                raise SandboxStateError("the pool is not started: call start() or use `with`")
+            if self._state is PoolState.CLOSED:
+                raise SandboxStateError("the pool is closed")
             if self._idle:
                 box = self._idle.popleft()
                 self._leased.add(box)
-                return PooledSandbox(box, self), waiter
+                return PooledSandbox(box, self)
+            waiter = _Waiter(loop)
             self._waiters.append(waiter)
-            return None, waiter
+            return waiter
 
     def _acquire_timeout(self, timeout: float | None) -> float:
         return self.config.acquire_timeout_s if timeout is None else timeout

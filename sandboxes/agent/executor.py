@@ -59,7 +59,7 @@ class Executor:
         self.args = args
         self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace)
         self.groups: set[int] = set()  # shell process groups that may still hold processes
-        self.oom_seen = oom_kill_count() or 0
+        self.oom_seen = self._oom_count()
         self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
             "ping": lambda req, host: {"ok": True, "pid": os.getpid()},
             "shell": self.shell,
@@ -99,10 +99,14 @@ class Executor:
         self.worker.start()
         return result.to_message()
 
+    def _oom_count(self) -> int:
+        """The box's cgroup oom_kill counter (only in a container: on a host it is not ours)."""
+        return (oom_kill_count() or 0) if self.args.contained else 0
+
     def _with_oom(self, result: CallResult) -> CallResult:
         """Mark a SIGKILLed call as OOM when the cgroup's oom_kill counter moved."""
         if result.exit_code == OOM_EXIT_CODE and not result.timed_out:
-            count = oom_kill_count() or 0
+            count = self._oom_count()
             result.oom = count > self.oom_seen
             self.oom_seen = count
         return result
@@ -148,7 +152,7 @@ class Executor:
         except (OSError, TimeoutError) as exc:
             raise RequestError("reset_failed", str(exc)) from exc
         self.worker.start()
-        self.oom_seen = oom_kill_count() or 0
+        self.oom_seen = self._oom_count()
         return {"ok": True, "duration_s": time.monotonic() - start}
 
 

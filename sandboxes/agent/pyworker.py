@@ -182,6 +182,7 @@ class PythonWorker:
         self._outputs: tuple[int, int] | None = None
         self._interrupted: float | None = None  # the deadline we sent SIGINT for
         self.killed = False  # by the watchdog, past deadline + grace
+        self._exit_status: int | None = None  # reaped by watch() before anyone asked
 
     def start(self) -> None:
         """Fork a fresh worker; its socket is listening when this returns."""
@@ -205,7 +206,11 @@ class PythonWorker:
 
     def watch(self) -> float:
         """Enforce the running call's deadline; return when to look again (seconds)."""
-        if self.pid is None:
+        if self.pid is None or self._exit_status is not None:
+            return 1.0
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid:  # it ended by itself: nothing to enforce, the host will ask how
+            self._exit_status = status
             return 1.0
         (deadline,) = DEADLINE.unpack_from(self.deadline, 0)
         now = time.monotonic()
@@ -213,7 +218,8 @@ class PythonWorker:
             return WATCH_INTERVAL_S if deadline == 0.0 else min(deadline - now, WATCH_INTERVAL_S)
         if self._interrupted != deadline:
             self._interrupted = deadline
-            os.killpg(self.pid, signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGINT)
             return self.grace
         if now >= deadline + self.grace:
             kill_group(self.pid)
@@ -226,8 +232,10 @@ class PythonWorker:
         if self.pid is None:
             return None
         kill_group(self.pid)
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
+        status = self._exit_status
+        if status is None:
+            _, status = os.waitpid(self.pid, 0)
+        self.pid, self._exit_status = None, None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         return exit_code_of(os.waitstatus_to_exitcode(status))
