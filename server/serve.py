@@ -1,0 +1,67 @@
+"""``rollgym serve``: the real server (vLLM engine, buffer, runner) on uvicorn.
+
+Flags override ``ROLLGYM_*`` environment variables, which override defaults (see
+``server.config``). The admin token should come from the environment
+(``ROLLGYM_ADMIN_TOKEN``): a flag shows up in the process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="bind address (ROLLGYM_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (ROLLGYM_PORT, default 8000; 0: any)")
+    parser.add_argument("--model-dir", help="model directory (ROLLGYM_ENGINE__MODEL_DIR)")
+    parser.add_argument("--admin-token", help="admin bearer token (prefer ROLLGYM_ADMIN_TOKEN)")
+    parser.add_argument("--data-dir", help="buffer and staged weights (ROLLGYM_DATA_DIR)")
+    parser.add_argument(
+        "--sandbox-pool-size", type=int, help="warm sandboxes (ROLLGYM_SANDBOXES__POOL_SIZE)"
+    )
+    parser.add_argument(
+        "--in-flight",
+        choices=["finish", "abort"],
+        help="requests running at a weight update (ROLLGYM_ENGINE__IN_FLIGHT)",
+    )
+    parser.add_argument("--log-level", default="info", help="uvicorn's log level")
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags give (nested per component)."""
+    flat = {
+        "host": args.host,
+        "port": args.port,
+        "admin_token": args.admin_token,
+        "data_dir": args.data_dir,
+    }
+    out: dict[str, Any] = {k: v for k, v in flat.items() if v is not None}
+    engine = {"model_dir": args.model_dir, "in_flight": args.in_flight}
+    if engine := {k: v for k, v in engine.items() if v is not None}:
+        out["engine"] = engine
+    if args.sandbox_pool_size is not None:
+        out["sandboxes"] = {"pool_size": args.sandbox_pool_size}
+    return out
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.app import create_app
+    from server.config import ServerSettings
+
+    # vLLM on CPU: keep the worker inside the engine process (one process fewer per call).
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        settings = ServerSettings(**overrides(args))
+    except ValidationError as exc:
+        print(f"rollgym serve: bad settings:\n{exc}")
+        return 2
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level
+    )
+    return 0

@@ -1,0 +1,194 @@
+"""The real vLLM engine behind ``PolicyEngine``: ids, logprobs, versions, weight swaps.
+
+One engine for the module (it takes seconds to start); tests that swap weights restore
+the original ones at the end, so the order of tests does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import torch
+
+from server.chat import ChatCodec
+from server.config import EngineConfig
+from server.engine.vllm_engine import VLLMEngine
+from server.errors import BadWeights
+from server.metrics import ServerMetrics
+from server.weights.updater import WeightUpdater
+from server.wire import SamplingSettings
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+GREEDY = SamplingSettings(temperature=0.0, max_tokens=24)
+MESSAGES = [{"role": "user", "content": "Guess a number from 1 to 16."}]
+
+
+@pytest.fixture(scope="module")
+def codec(default_model_dir) -> ChatCodec:
+    return ChatCodec.from_model_dir(default_model_dir)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine(default_model_dir):
+    config = EngineConfig(model_dir=default_model_dir, max_model_len=512, kv_cache_gib=0.5)
+    async with VLLMEngine(config) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def hf_model(default_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture
+def updater(engine, tmp_path) -> WeightUpdater:
+    return WeightUpdater(
+        engine,
+        tmp_path / "staging",
+        max_bytes=1 << 30,
+        metrics=ServerMetrics(),
+        aliases=engine.tied_aliases(),
+    )
+
+
+def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
+    return out[0, len(prompt) :].tolist()
+
+
+def hf_logprobs(model, prompt: list[int], sampled: list[int]) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    positions = range(len(prompt) - 1, len(prompt) + len(sampled) - 1)
+    return [logprobs[p, t].item() for p, t in zip(positions, sampled, strict=True)]
+
+
+def new_weights(model, path: Path, seed: int) -> bytes:
+    """A differently initialised model, saved as a trainer would (tied head dropped)."""
+    torch.manual_seed(seed)
+    changed = type(model)(model.config).eval()
+    changed.save_pretrained(path, safe_serialization=True)
+    return (path / "model.safetensors").read_bytes()
+
+
+async def chunks(data: bytes, size: int = 1 << 16):
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+async def test_sampled_ids_and_logprobs_are_the_policys_own(engine, codec, hf_model) -> None:
+    prompt = codec.first_prompt(MESSAGES)
+    settings = SamplingSettings(temperature=1.0, max_tokens=16)
+    generation = await engine.generate(prompt, settings, request_id="logprobs")
+    assert len(generation.token_ids) == len(generation.logprobs) >= 1
+    assert generation.policy_version == engine.policy_version
+    assert generation.prompt_tokens == len(prompt) and generation.model_s > 0
+    expected = hf_logprobs(hf_model, prompt, generation.token_ids)
+    for got, want in zip(generation.logprobs, expected, strict=True):
+        assert math.isclose(got, want, abs_tol=2e-3), (got, want)
+
+
+async def test_stop_token_ends_a_turn_and_is_kept(engine, codec) -> None:
+    prompt = codec.first_prompt(MESSAGES)
+    free = await engine.generate(prompt, GREEDY)
+    stop = free.token_ids[2]
+    cut = await engine.generate(prompt, GREEDY, stop_token_ids=[stop])
+    first = free.token_ids.index(stop)
+    assert cut.token_ids == free.token_ids[: first + 1] and cut.finish_reason == "stop"
+
+
+async def test_a_turn_that_extends_the_last_one_is_served_from_the_prefix_cache(
+    engine, codec
+) -> None:
+    prompt = codec.first_prompt([{"role": "user", "content": "A long opening. " * 12}])
+    first = await engine.generate(prompt, GREEDY)
+    context = (
+        prompt
+        + first.token_ids
+        + codec.continuation(
+            [{"role": "user", "content": "Higher."}], stopped=first.finish_reason == "stop"
+        )
+    )
+    second = await engine.generate(context, GREEDY)
+    assert second.cached_tokens >= len(prompt) - 16  # whole KV blocks of the episode so far
+
+
+async def test_many_episodes_at_once(engine, codec) -> None:
+    prompts = [codec.first_prompt([{"role": "user", "content": f"Task {i}."}]) for i in range(24)]
+    settings = SamplingSettings(temperature=1.0, max_tokens=12)
+    generations = await asyncio.gather(*(engine.generate(p, settings) for p in prompts))
+    assert all(1 <= len(g.token_ids) <= 12 for g in generations)
+
+
+async def test_an_update_gives_transformers_greedy_output_and_a_new_version(
+    engine, codec, hf_model, updater, tmp_path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    prompt = codec.first_prompt(MESSAGES)
+    before = await engine.generate(prompt, GREEDY)
+    assert before.token_ids == hf_greedy(hf_model, prompt, len(before.token_ids))
+    version = engine.policy_version
+    data = new_weights(hf_model, tmp_path / "new", seed=1234)
+    result = await updater.from_stream(chunks(data), expected_version=version)
+    assert result.policy_version == engine.policy_version == version + 1
+
+    after = await engine.generate(prompt, GREEDY)
+    changed = AutoModelForCausalLM.from_pretrained(tmp_path / "new", dtype=torch.float32)
+    assert after.token_ids == hf_greedy(changed.eval(), prompt, len(after.token_ids))
+    assert after.token_ids != before.token_ids and after.policy_version == version + 1
+    # put the original weights back for the other tests
+    await updater.from_path(Path(hf_model.name_or_path), expected_version=version + 1)
+    assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
+
+
+async def test_a_bad_update_is_refused_and_the_old_weights_keep_serving(
+    engine, codec, hf_model, updater, tmp_path
+) -> None:
+    prompt = codec.first_prompt(MESSAGES)
+    before = await engine.generate(prompt, GREEDY)
+    version = engine.policy_version
+    good = new_weights(hf_model, tmp_path / "new", seed=7)
+    with pytest.raises(BadWeights):
+        await updater.from_stream(chunks(good[: len(good) // 2]), expected_version=None)
+    state = {k: v.clone() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+    state["model.norm.weight"] = torch.ones(3)
+    from safetensors.torch import save
+
+    with pytest.raises(BadWeights, match=r"model\.norm\.weight"):
+        await updater.from_stream(chunks(save(state)), expected_version=None)
+    assert engine.policy_version == version
+    assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
+
+
+@pytest.mark.parametrize("policy", ["finish", "abort"])
+async def test_in_flight_requests_never_mix_versions(
+    engine, codec, hf_model, updater, tmp_path, policy
+) -> None:
+    engine.config = engine.config.model_copy(update={"in_flight": policy})
+    data = new_weights(hf_model, tmp_path / "new", seed=99)
+    try:
+        prompt = codec.first_prompt(MESSAGES)
+        long = SamplingSettings(temperature=1.0, max_tokens=300)
+        version = engine.policy_version
+        running = [asyncio.create_task(engine.generate(prompt, long)) for _ in range(8)]
+        await asyncio.sleep(0.05)  # submitted, and running
+        await updater.from_stream(chunks(data), expected_version=version)
+        generations = await asyncio.gather(*running)
+        versions = {g.policy_version for g in generations}
+        if policy == "finish":  # drained on the old weights before the swap
+            assert versions == {version}
+        else:  # aborted and run again from the start on the new weights
+            assert version + 1 in versions and versions <= {version, version + 1}
+        assert all(g.finish_reason in ("stop", "length") for g in generations)
+    finally:
+        engine.config = engine.config.model_copy(update={"in_flight": "finish"})
+        await updater.from_path(Path(hf_model.name_or_path), expected_version=None)
