@@ -118,6 +118,12 @@ def _add_training_commands(commands: argparse._SubParsersAction) -> None:
     train.set_defaults(handler=_train)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from server.serve import serve
+
+    return serve(args)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rollgym", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -133,6 +139,12 @@ def _build_parser() -> argparse.ArgumentParser:
     model.add_parser("path", help="print the default model's directory").set_defaults(
         handler=_model_path
     )
+
+    from server.serve import add_arguments
+
+    serve = commands.add_parser("serve", help="run the rollout server (vLLM, buffer, runner)")
+    add_arguments(serve)
+    serve.set_defaults(handler=_serve)
     _add_training_commands(commands)
     return parser
 
