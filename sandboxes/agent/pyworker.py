@@ -231,6 +231,8 @@ class PythonWorker:
         """Kill the worker and its group; return its exit code if there was one."""
         if self.pid is None:
             return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)  # a worker just forked may not lead its group yet
         kill_group(self.pid)
         status = self._exit_status
         if status is None:

@@ -307,3 +307,12 @@ def test_a_pool_whose_boxes_cannot_start_fails_loudly_and_cleans_up() -> None:
     with pytest.raises(SandboxError, match="image not found"):
         pool.start()
     assert provider.closed
+
+
+def test_back_to_back_resets_never_hang_on_a_worker_just_forked() -> None:
+    # A worker killed before it leads its own process group must still die: with the bug
+    # this guards against, a reset waited for it forever (here: SandboxDied after 2 s).
+    with FakeSandbox(SandboxConfig(reset_timeout_s=1.0, host_grace_s=1.0)) as sandbox:
+        for _ in range(30):
+            sandbox.reset()
+        assert sandbox.run_python("1 + 1").stdout == "2\n"
