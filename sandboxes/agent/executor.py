@@ -36,7 +36,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .framing import Message
-from .processes import kill_everything_else, kill_group, oom_kill_count, reap_children
+from .processes import (
+    group_alive,
+    kill_everything_else,
+    kill_group,
+    oom_kill_count,
+    reap_children,
+)
 from .pyworker import PythonWorker
 from .result import CallResult
 from .server import listen, serve
@@ -91,6 +97,8 @@ class Executor:
         )
         if pgid is not None:
             self.groups.add(pgid)
+        # Forget groups with no process left: their ids may be reused (on a host, by others).
+        self.groups = {group for group in self.groups if group_alive(group)}
         return self._with_oom(result).to_message()
 
     def python_exit(self, req: Message, host: socket.socket | None) -> Message:

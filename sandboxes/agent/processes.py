@@ -29,6 +29,16 @@ def kill_group(pgid: int, *, rounds: int = 3) -> None:
         time.sleep(0.0005)
 
 
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def reap_children() -> None:
     """Collect exited children so that they stop counting as processes."""
     while True:
