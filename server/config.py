@@ -49,6 +49,13 @@ class EngineConfig(_Config):
     kv_cache_gib: float = Field(1.0, gt=0, description="KV-cache space")
     max_num_seqs: int = Field(256, ge=1, description="sequences the engine batches at once")
     enable_prefix_caching: bool = True
+    block_size: int = Field(
+        32,
+        ge=16,
+        multiple_of=16,
+        description="KV block size; the prefix cache reuses whole blocks, so short episodes "
+        "need small ones (vLLM's CPU default of 128 reuses nothing under 128 tokens)",
+    )
     logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
         "processed_logprobs",
         description="processed: the distribution actually sampled (after temperature/top-p)",

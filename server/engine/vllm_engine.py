@@ -84,6 +84,7 @@ class VLLMEngine:
             kv_cache_memory_bytes=int(c.kv_cache_gib * (1 << 30)),
             max_num_seqs=c.max_num_seqs,
             enable_prefix_caching=c.enable_prefix_caching,
+            block_size=c.block_size,
             logprobs_mode=c.logprobs_mode,
             seed=c.seed,
             worker_extension_cls=WORKER_EXTENSION,

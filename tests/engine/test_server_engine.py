@@ -118,7 +118,8 @@ async def test_a_turn_that_extends_the_last_one_is_served_from_the_prefix_cache(
         )
     )
     second = await engine.generate(context, GREEDY)
-    assert second.cached_tokens >= len(prompt) - 16  # whole KV blocks of the episode so far
+    block = engine.config.block_size  # the cache keeps whole blocks of the episode so far
+    assert second.cached_tokens >= len(prompt) - block + 1
 
 
 async def test_many_episodes_at_once(engine, codec) -> None:
