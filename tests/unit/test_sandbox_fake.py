@@ -24,7 +24,8 @@ from sandboxes.metrics import MetricsRecorder
 
 @pytest.fixture
 def box():
-    with FakeSandbox(SandboxConfig(output_limit_bytes=1000)) as sandbox:
+    # A generous SIGINT grace: on a loaded machine a timed-out call keeps its namespace.
+    with FakeSandbox(SandboxConfig(output_limit_bytes=1000, python_grace_s=5)) as sandbox:
         yield sandbox
 
 
@@ -69,7 +70,7 @@ def test_files_map_box_paths_onto_the_private_folder(box) -> None:
 
 def test_timeout_kills_the_group_and_the_box_stays_usable(box) -> None:
     with pytest.raises(SandboxTimeout) as caught:
-        box.run_shell("echo started; sleep 31 & sleep 31", timeout=0.3)
+        box.run_shell("echo started; sleep 31 & sleep 31", timeout=1.5)
     assert caught.value.result is not None and caught.value.result.stdout == "started\n"
     assert box.run_shell("pgrep -f 'slee[p] 31' || echo none").stdout == "none\n"
     box.run_python("kept = 1")
@@ -105,14 +106,15 @@ def test_a_python_call_that_ends_its_process_resets_the_namespace(box) -> None:
     assert box.state is SandboxState.READY
 
 
-def test_a_python_call_that_ignores_sigint_is_killed(box) -> None:
-    box.run_python("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); lost = 1")
-    with pytest.raises(SandboxTimeout) as caught:
-        box.run_python("print('spinning', flush=True)\nwhile True: pass", timeout=0.3)
-    assert caught.value.result is not None
-    assert caught.value.result.stdout == "spinning\n"
-    assert "namespace was reset" in caught.value.result.stderr
-    assert "NameError" in box.run_python("lost").stderr
+def test_a_python_call_that_ignores_sigint_is_killed() -> None:
+    with FakeSandbox(SandboxConfig(python_grace_s=0.5)) as box:
+        box.run_python("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); lost = 1")
+        with pytest.raises(SandboxTimeout) as caught:
+            box.run_python("print('spinning', flush=True)\nwhile True: pass", timeout=1.5)
+        assert caught.value.result is not None
+        assert caught.value.result.stdout == "spinning\n"
+        assert "namespace was reset" in caught.value.result.stderr
+        assert "NameError" in box.run_python("lost").stderr
 
 
 def test_python_output_keeps_its_order_with_child_processes(box) -> None:
