@@ -175,6 +175,37 @@ $out"
   log "image: sandbox images ready"
 }
 
+# --- app image (for docker compose; `scripts/setup.sh app-image`) ----------------------------
+APP_IMAGE=${ROLLGYM_APP_IMAGE:-rollgym/app:latest}
+
+setup_wheelhouse() { # the CPU lock as wheels, for offline image builds
+  local want stamp
+  want=$(sha256sum requirements/cpu.txt | cut -c1-16)
+  stamp="wheelhouse/.lock-$want"
+  if [ -f "$stamp" ]; then
+    log "wheelhouse: up to date"
+    return
+  fi
+  require_free_disk "$ROOT" 2 "The wheelhouse"
+  log "wheelhouse: downloading the CPU lock's wheels (about 700 MB)"
+  rm -rf wheelhouse.partial && mkdir -p wheelhouse.partial
+  "$VENV/bin/pip" download -q --no-deps -r requirements/cpu.txt -d wheelhouse.partial \
+    >>wheelhouse.partial/.log 2>&1 || die "pip download failed:
+$(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
+  rm -rf wheelhouse && mv wheelhouse.partial wheelhouse && touch "$stamp"
+}
+
+setup_app_image() {
+  setup_wheelhouse
+  require_free_disk /var/lib 6 "The app image"
+  log "image: building $APP_IMAGE FROM $BASE_IMAGE (cached layers make a rebuild take seconds)"
+  local out
+  out=$(DOCKER_BUILDKIT=0 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" \
+    -f docker/Dockerfile -t "$APP_IMAGE" . 2>&1) || die "docker build of the app image failed:
+$out"
+  log "image: $APP_IMAGE ($(docker image inspect -f '{{.Size}}' "$APP_IMAGE" | awk '{printf "%.2f GB", $1/1e9}'))"
+}
+
 # --- 4. default model ---------------------------------------------------------------------
 setup_model() {
   "$VENV/bin/rollgym" model init
@@ -182,6 +213,11 @@ setup_model() {
 
 main() {
   local t0=$SECONDS
+  if [ "${1:-}" = app-image ]; then # venv, engine and base first: the build needs them
+    ROLLGYM_SKIP_DOCKER=0 main
+    setup_app_image
+    return
+  fi
   setup_venv
   if [ "${ROLLGYM_SKIP_DOCKER:-0}" != 1 ]; then
     setup_docker
