@@ -34,34 +34,37 @@ def _model_path(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The built-in default: warm start, server, GRPO, evaluation, report (resumable)."""
+    import json
     import shutil
+    import warnings
 
+    # TRL warns at import that it was tested with older vLLM versions; the trainer never
+    # uses TRL's vLLM integration (see trainer/grpo.py).
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM", category=UserWarning)
+    import datasets
     from transformers.utils import logging as hf_logging
 
     from trainer.config import parse_config
     from trainer.pipeline import RunConfig, run_default
 
     hf_logging.disable_progress_bar()
-    overrides: dict[str, object] = {}
+    datasets.disable_progress_bars()
+    values = json.loads(Path(args.config).read_text()) if args.config else {}
     if args.run_dir:
-        overrides["run_dir"] = Path(args.run_dir)
+        values["run_dir"] = args.run_dir
     if args.eval_episodes is not None:
-        overrides["eval_episodes"] = args.eval_episodes
-    config = parse_config(RunConfig, **overrides)
-    trainer_overrides = {
-        k: v
-        for k, v in {"total_steps": args.steps, "max_staleness": args.max_staleness}.items()
-        if v is not None
-    }
-    if trainer_overrides:
-        trainer = config.trainer.model_dump() | trainer_overrides
-        config = parse_config(RunConfig, **(config.model_dump() | {"trainer": trainer}))
+        values["eval_episodes"] = args.eval_episodes
+    trainer = {"total_steps": args.steps, "max_staleness": args.max_staleness}
+    if trainer := {k: v for k, v in trainer.items() if v is not None}:
+        base = parse_config(RunConfig, **values).trainer.model_dump()
+        values["trainer"] = base | values.get("trainer", {}) | trainer
+    config = parse_config(RunConfig, **values)
     if args.restart:
         shutil.rmtree(config.run_dir, ignore_errors=True)
     try:
         report = run_default(config)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: run `rollgym run` again to resume from {config.run_dir}")
+        print(f"\ninterrupted: run the same command again to resume from {config.run_dir}")
         return 130
     print(f"done in {report.wall_s / 60:.1f} min: {report.report_png}, {report.summary_json}")
     return 0
@@ -94,6 +97,7 @@ def _add_training_commands(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run", help="the main job: a real RL run on the default model (resumable)"
     )
+    run.add_argument("--config", help="JSON file of trainer.pipeline.RunConfig fields")
     run.add_argument(
         "--run-dir", help=f"outputs and checkpoints (default {paths.runs_dir()}/default)"
     )
