@@ -65,6 +65,8 @@ def train(
     checkpoint = latest_checkpoint(config.output_dir) if resume else None
     resumed = read_state(checkpoint) if checkpoint else None
     ledger = DataLedger(resumed)
+    if resumed is not None and printer is not None:
+        printer(f"resuming from {checkpoint} (step {resumed.step})")
     if resumed is not None:
         client.ack(resumed.unacked_group_ids)
         ledger.mark_acked(resumed.unacked_group_ids)

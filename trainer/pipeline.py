@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollgym import paths
@@ -55,10 +57,23 @@ def _default_trainer() -> TrainerConfig:
         group_size=8,
         groups_per_batch=4,
         max_staleness=1,
-        total_steps=120,
-        learning_rate=2e-4,
+        total_steps=100,
+        learning_rate=5e-4,
         checkpoint_every=1,
     )
+
+
+def _half_the_cores() -> int:
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+class CpuSplit(BaseModel):
+    """Threads for the two processes that share the CPU (default: half the cores each)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: int = Field(default_factory=_half_the_cores, ge=1)
+    trainer: int = Field(default_factory=_half_the_cores, ge=1)
 
 
 class RunConfig(BaseModel):
@@ -72,6 +87,7 @@ class RunConfig(BaseModel):
     warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
     trainer: TrainerConfig = Field(default_factory=_default_trainer)
     eval_episodes: int = Field(200, ge=0, description="held-out episodes per policy (0: skip)")
+    threads: CpuSplit = Field(default_factory=CpuSplit)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -127,14 +143,18 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
         raise TrainerConfigError(f"no model at {config.model_dir}: run `rollgym model init`")
     config.run_dir.mkdir(parents=True, exist_ok=True)
     printer(f"[1/5] warm start: SFT on GuessNumber demonstrations -> {config.run_dir}/warmstart")
-    warm_dir = warm_start(config.warmstart, config.model_dir, config.run_dir / "warmstart")
+    warm_dir = warm_start(
+        config.warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
+    )
 
     printer("[2/5] starting the rollout server (vLLM engine) on loopback")
     server = ServerProcess(
         model_dir=warm_dir,
         data_dir=config.run_dir / "server",
         log_path=config.run_dir / "server.log",
+        threads=config.threads.server,
     )
+    torch.set_num_threads(config.threads.trainer)  # this process; the server has its own
     with server, ServerClient(server.client_config()) as client:
         printer(f"[3/5] GRPO against {server.url} ({config.trainer.mode} mode)")
         result = train(

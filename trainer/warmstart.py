@@ -6,10 +6,11 @@ mix the oracle (binary search over the range the feedback leaves open) with impe
 (each guess random within that range with probability ``noise``): the warm-started policy
 then guesses well but not optimally, which leaves room for RL to improve its success rate.
 
-Each assistant turn is one conversational prompt-completion example: the prompt is the
-conversation so far, the completion the guess. TRL applies the model's chat template and
-trains on the completion tokens only (``completion_only_loss``), end-of-turn token included,
-so the model learns to stop where the rollout server stops sampling.
+Each conversation becomes one pre-tokenized example laid out the way the rollout server
+builds an episode's context (``tokenize_conversation``): the opening rendered with the
+generation prompt; then per turn the guess's tokens and the end-of-turn token (trained on,
+``assistant_masks`` 1), and the chat template's text up to the next generation prompt
+(context only, 0). TRL's ``SFTTrainer`` takes such a dataset as is and masks the labels.
 
 The result is an ordinary model directory (weights + tokenizer); a marker file records the
 config, so a second call with the same config returns at once (``rollgym run`` resumes).
@@ -22,7 +23,9 @@ import json
 import random
 import shutil
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,23 +37,53 @@ class WarmStartConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    oracle_episodes: int = Field(1500, ge=1, description="demonstrations by binary search")
-    imperfect_episodes: int = Field(1500, ge=0, description="demonstrations with noisy guesses")
+    oracle_episodes: int = Field(300, ge=1, description="demonstrations by binary search")
+    imperfect_episodes: int = Field(300, ge=0, description="demonstrations with noisy guesses")
     noise: float = Field(1.0, ge=0, le=1, description="share of random guesses when imperfect")
     low: int = 1
     high: int = 16
     max_turns: int = Field(5, ge=1)
-    epochs: float = Field(3.0, gt=0)
+    epochs: float = Field(4.0, gt=0)
     learning_rate: float = Field(2e-3, gt=0)
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(32, ge=1)
     seed: int = 0
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
-def sft_examples(config: WarmStartConfig) -> list[dict[str, list[dict[str, str]]]]:
-    """One conversational prompt-completion example per assistant turn, shuffled."""
+def tokenize_conversation(
+    tokenizer: Any, messages: Sequence[Mapping[str, object]]
+) -> dict[str, list[int]]:
+    """``input_ids`` and ``assistant_masks`` of a conversation, segment by segment.
+
+    Each segment (the opening, a guess, the template text between turns) is tokenized on
+    its own, as the server does, so the ids match what the model sees in a rollout.
+    """
+    eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+    full = tokenizer.apply_chat_template(list(messages), tokenize=False)
+    ids: list[int] = []
+    mask: list[int] = []
+    cursor = 0
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        start = len(
+            tokenizer.apply_chat_template(
+                list(messages[:i]), tokenize=False, add_generation_prompt=True
+            )
+        )
+        context = tokenizer(full[cursor:start], add_special_tokens=False)["input_ids"]
+        content = str(message["content"])
+        guess = tokenizer(content, add_special_tokens=False)["input_ids"]
+        ids += [*context, *guess, eos_id]
+        mask += [0] * len(context) + [1] * (len(guess) + 1)
+        cursor = start + len(content) + len(tokenizer.eos_token)
+    return {"input_ids": ids, "assistant_masks": mask}
+
+
+def sft_examples(config: WarmStartConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
+    """One pre-tokenized example per demonstration episode, shuffled."""
     from envs.guess_demos import demonstrations
 
     task = {"low": config.low, "high": config.high, "max_turns": config.max_turns}
@@ -61,12 +94,7 @@ def sft_examples(config: WarmStartConfig) -> list[dict[str, list[dict[str, str]]
         noise=config.noise,
         **task,
     )
-    examples = []
-    for conversation in conversations:
-        messages = [{"role": m["role"], "content": m["content"]} for m in conversation]
-        for i, message in enumerate(messages):
-            if message["role"] == "assistant":
-                examples.append({"prompt": messages[:i], "completion": [message]})
+    examples = [tokenize_conversation(tokenizer, conversation) for conversation in conversations]
     random.Random(config.seed).shuffle(examples)
     return examples
 
@@ -79,13 +107,32 @@ def is_warm(out_dir: Path, config: WarmStartConfig) -> bool:
     )
 
 
-def warm_start(config: WarmStartConfig, base_model: Path, out_dir: Path) -> Path:
-    """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent)."""
+def warm_start(
+    config: WarmStartConfig,
+    base_model: Path,
+    out_dir: Path,
+    *,
+    printer: Callable[[str], object] | None = None,
+) -> Path:
+    """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent).
+
+    ``printer`` gets a progress line at every TRL log step (loss, token accuracy).
+    """
     if is_warm(out_dir, config):
         return out_dir
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
+
+    class Progress(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            logs = kw.get("logs") or {}
+            if printer is not None and "loss" in logs:
+                accuracy = logs.get("mean_token_accuracy", float("nan"))
+                printer(
+                    f"  SFT step {state.global_step}/{state.max_steps}: loss {logs['loss']:.3f}, "
+                    f"token accuracy {accuracy:.2f}"
+                )
 
     work_dir = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(work_dir, ignore_errors=True)
@@ -100,7 +147,7 @@ def warm_start(config: WarmStartConfig, base_model: Path, out_dir: Path) -> Path
         warmup_steps=0.05,
         max_length=512,
         save_strategy="no",
-        logging_steps=25,
+        logging_steps=10,
         report_to=[],
         disable_tqdm=True,
         seed=config.seed,
@@ -112,8 +159,9 @@ def warm_start(config: WarmStartConfig, base_model: Path, out_dir: Path) -> Path
         sft = SFTTrainer(
             model=model,
             args=args,
-            train_dataset=Dataset.from_list(sft_examples(config)),
+            train_dataset=Dataset.from_list(sft_examples(config, tokenizer)),
             processing_class=tokenizer,
+            callbacks=[Progress()],
         )
     sft.remove_callback(PrinterCallback)
     sft.train()

@@ -1,0 +1,191 @@
+"""Asynchronous vs synchronous GRPO on an environment-bound workload (one run, ratios).
+
+    .venv/bin/python -m bench.trainer [--steps 30] [--env-latency 1.0] [--eval-episodes 128]
+
+The workload is GuessNumber whose every step also waits ``--env-latency`` seconds, the way
+a sandboxed environment waits on its container (registered below as
+``bench.trainer:SlowGuessNumber-v0``, which the server imports by Gymnasium's
+``module:id`` syntax). One warm start (the built-in SFT) feeds three GRPO runs of the same
+number of steps, each against a fresh server:
+
+* ``sync``     ``max_staleness=0``: the trainer takes only samples of the weights it just
+               pushed, so sampling and training take turns;
+* ``async-1``  ``max_staleness=1`` and ``async-2`` ``max_staleness=2``: the server samples
+               ahead while the trainer trains, within the window.
+
+The table gives policy updates per minute and the ratio to ``sync`` (target: >= 1.8x), the
+held-out success rate of each final policy (target: no loss), and the four stages' busy and
+waiting shares of each run's wall time. The machine's load average is printed with it: the
+numbers are only comparable within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+
+from envs.guess_number import GuessNumberEnv
+
+ENV_ID = "SlowGuessNumber-v0"
+SERVED_ID = f"bench.trainer:{ENV_ID}"
+MAX_TURNS = 5
+
+
+class SlowGuessNumberEnv(GuessNumberEnv):
+    """GuessNumber whose every step waits ``latency_s`` (awaited: the server's loop runs on)."""
+
+    def __init__(self, *, latency_s: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.latency_s = latency_s
+
+    def _turn(self, action: str) -> Any:
+        time.sleep(self.latency_s)
+        return super()._turn(action)
+
+    async def _aturn(self, action: str) -> Any:
+        await asyncio.sleep(self.latency_s)
+        return super()._turn(action)
+
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(
+        id=ENV_ID, entry_point="bench.trainer:SlowGuessNumberEnv", max_episode_steps=MAX_TURNS
+    )
+
+
+def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
+    from trainer.client import ServerClient
+    from trainer.config import TrainerConfig
+    from trainer.evaluate import evaluate_weights, held_out_seeds
+    from trainer.loop import train
+    from trainer.pipeline import CpuSplit, RunConfig, TaskConfig
+    from trainer.server_process import ServerProcess
+
+    root = args.out / name
+    shutil.rmtree(root, ignore_errors=True)
+    task = TaskConfig(
+        env_id=SERVED_ID,
+        env_kwargs={"low": 1, "high": 16, "latency_s": args.env_latency},
+        max_turns=MAX_TURNS,
+    )
+    trainer_config = TrainerConfig(
+        output_dir=root / "grpo",
+        group_size=8,
+        groups_per_batch=4,
+        max_staleness=staleness,
+        total_steps=args.steps,
+        learning_rate=args.lr,
+    )
+    run = RunConfig(run_dir=root, task=task, trainer=trainer_config, eval_episodes=0)
+    threads = CpuSplit()
+    import torch
+
+    torch.set_num_threads(threads.trainer)
+    server = ServerProcess(model_dir=warm_dir, data_dir=root / "server", threads=threads.server)
+    with server, ServerClient(server.client_config()) as client:
+        load_before = os.getloadavg()[0]
+        started = time.monotonic()
+        result = train(
+            run.grpo,
+            client,
+            warm_dir,
+            on_ready=lambda: client.start_rollouts(run.rollout_job()),
+            printer=None,
+        )
+        wall = time.monotonic() - started
+        client.stop_rollouts()
+        success = evaluate_weights(
+            client,
+            result_checkpoint(run.grpo.output_dir),
+            env_id="rollgym/GuessNumber-v0",  # the same task without the wait
+            env_kwargs={"low": 1, "high": 16},
+            seeds=held_out_seeds(args.eval_episodes),
+            max_turns=MAX_TURNS,
+            sampling=run.sampling(),
+        )
+    first, last = result.records[0].at, result.records[-1].at
+    return {
+        "mode": name,
+        "staleness": staleness,
+        "steps": result.steps,
+        "wall_s": wall,
+        # from the first step's end to the last: leaves out start-up and the first batch
+        "updates_per_min": 60 * (len(result.records) - 1) / (last - first),
+        "success": success,
+        "shares": result.stage_shares,
+        "dropped": result.dropped.total,
+        "lag": sum(r.version_lag_mean for r in result.records) / len(result.records),
+        "load": (load_before, os.getloadavg()[0]),
+    }
+
+
+def result_checkpoint(output_dir: Path) -> Path:
+    from trainer.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is None:
+        raise RuntimeError(f"no checkpoint in {output_dir}")
+    return checkpoint
+
+
+def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
+    from trainer.stages import STAGES
+
+    base = rows[0]["updates_per_min"]
+    print(
+        f"\nGRPO on GuessNumber with {args.env_latency:.2f}s per env step, "
+        f"{args.steps} steps per mode, batch 4 groups x 8"
+    )
+    print(
+        f"{'mode':<9}{'updates/min':>12}{'vs sync':>9}{'wall s':>8}{'lag':>6}{'dropped':>9}"
+        f"  held-out success (95% CI)"
+    )
+    for row in rows:
+        print(
+            f"{row['mode']:<9}{row['updates_per_min']:>12.2f}{row['updates_per_min'] / base:>8.2f}x"
+            f"{row['wall_s']:>8.0f}{row['lag']:>6.2f}{row['dropped']:>9}  {row['success']}"
+        )
+    print("\nbusy share of each stage (rest: waiting), per mode")
+    print(f"{'mode':<9}" + "".join(f"{stage:>13}" for stage in STAGES))
+    for row in rows:
+        cells = []
+        for stage in STAGES:
+            busy, waiting = row["shares"][stage]
+            cells.append(f"{100 * busy / max(busy + waiting, 1e-9):>12.0f}%")
+        print(f"{row['mode']:<9}" + "".join(cells))
+    loads = ", ".join(f"{r['mode']} {r['load'][0]:.1f}->{r['load'][1]:.1f}" for r in rows)
+    print(f"\nload average (1 min) before->after each run: {loads} on {os.cpu_count()} cores")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--env-latency", type=float, default=1.0)
+    parser.add_argument("--eval-episodes", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--out", type=Path, default=Path(".data/bench-trainer"))
+    args = parser.parse_args()
+
+    from rollgym import paths
+    from trainer.warmstart import WarmStartConfig, warm_start
+
+    warm_dir = warm_start(WarmStartConfig(), paths.default_model_dir(), args.out / "warmstart")
+    rows = [
+        _run_mode(name, staleness, args, warm_dir)
+        for name, staleness in (("sync", 0), ("async-1", 1), ("async-2", 2))
+    ]
+    _print_table(rows, args)
+    summary = [{**r, "success": str(r["success"])} for r in rows]
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The README's main command, ``rollgym run``, on a shrunken config: interrupt, then resume.
+
+The same pipeline as the built-in default (warm start, real server, GRPO, held-out
+evaluation, report), with few demonstrations and steps so it fits a test run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainer.checkpoint import STATE_FILE
+
+STEPS = 4
+
+
+def _small_config(run_dir: Path) -> dict[str, object]:
+    return {
+        "run_dir": str(run_dir),
+        "warmstart": {"oracle_episodes": 24, "imperfect_episodes": 8, "epochs": 1.0},
+        "trainer": {
+            "output_dir": "grpo",
+            "group_size": 4,
+            "groups_per_batch": 2,
+            "total_steps": STEPS,
+            "max_staleness": 1,
+        },
+        "eval_episodes": 8,
+    }
+
+
+def _rollgym_run(config: Path) -> list[str]:
+    return [sys.executable, "-m", "rollgym.cli", "run", "--config", str(config)]
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"rollgym run exited early:\n{process.communicate()[0][-3000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"{path} did not appear")
+        time.sleep(0.5)
+
+
+def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(_small_config(run_dir)))
+
+    first = subprocess.Popen(
+        _rollgym_run(config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    _wait_for(run_dir / "grpo" / "checkpoint-1" / STATE_FILE, first, timeout_s=900)
+    first.send_signal(signal.SIGINT)  # Ctrl-C
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 130, output[-3000:]
+    assert "run the same command again to resume" in output
+    assert not (run_dir / "summary.json").exists()
+
+    second = subprocess.run(
+        _rollgym_run(config), capture_output=True, text=True, timeout=1800, check=False
+    )
+    assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+    assert "resuming from" in second.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == STEPS
+    steps = [json.loads(line)["step"] for line in (run_dir / "grpo" / "steps.jsonl").open()]
+    assert steps == list(range(1, STEPS + 1))  # no step lost or repeated across the restart
+    for policy in ("warm_start", "rl"):
+        assert summary["success_rate"][policy]["episodes"] == 8
+    assert (run_dir / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the live table was printed for every step of the second session
+    assert second.stdout.count("  sampling ") >= 1

@@ -1,0 +1,145 @@
+"""The trainer against the real twin of its fake: ``rollgym serve`` (vLLM engine) on loopback.
+
+One server for the module. The proof that the server samples from exactly the trainer's
+weights: the behaviour logprobs it records for a fresh episode equal the logprobs the
+trainer's checkpointed model assigns to the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from trainer.checkpoint import latest_checkpoint
+from trainer.client import ServerClient
+from trainer.config import TrainerConfig
+from trainer.loop import train
+from trainer.server_process import ServerProcess
+from trainer.weights import WeightPusher
+
+GROUP_SIZE, GROUPS = 4, 2
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("trainer-e2e")
+    with ServerProcess(
+        model_dir=default_model_dir,
+        data_dir=root / "server",
+        threads=1,
+        settings={"ROLLGYM_BUFFER__LEASE_TIMEOUT_S": "5", "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024"},
+    ) as process:
+        yield process
+
+
+@pytest.fixture
+def client(server) -> Iterator[ServerClient]:
+    with ServerClient(server.client_config()) as client:
+        yield client
+        client.stop_rollouts()
+
+
+def _job() -> RolloutJob:
+    # The untrained model rarely plays valid moves, so equal rewards are common: keep them.
+    return RolloutJob(
+        env_id="rollgym/GuessNumber-v0",
+        env_kwargs={"low": 1, "high": 8},
+        group_size=GROUP_SIZE,
+        groups_per_batch=GROUPS,
+        max_staleness=1,
+        max_turns=2,
+        sampling=SamplingSettings(temperature=1.0, max_tokens=4),
+        drop_zero_variance=False,
+    )
+
+
+def _config(output_dir: Path, steps: int) -> TrainerConfig:
+    return TrainerConfig(
+        output_dir=output_dir,
+        group_size=GROUP_SIZE,
+        groups_per_batch=GROUPS,
+        max_staleness=1,
+        total_steps=steps,
+        learning_rate=1e-3,
+        pull_timeout_s=5.0,
+        stall_timeout_s=240.0,
+    )
+
+
+def _fresh_episode(client: ServerClient, version: int) -> Trajectory:
+    """An episode sampled entirely at ``version`` (the buffer may hold older ones)."""
+    for _ in range(20):
+        answer = client.pull(
+            PullRequest(trainer_version=version, max_staleness=0, num_groups=1, timeout_s=30)
+        )
+        client.ack([g.group_id for g in answer.groups])
+        for group in answer.groups:
+            if group.min_version == group.trajectories[0].max_version == version:
+                return group.trajectories[0]
+    pytest.fail(f"no episode sampled at version {version}")
+
+
+def _assert_served_weights_are(checkpoint: Path, episode: Trajectory) -> None:
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype="float32").eval()
+    ids = torch.tensor([episode.prompt_ids + episode.completion_ids])
+    with torch.no_grad():
+        logps = model(ids).logits[0, :-1].log_softmax(-1)
+    start = len(episode.prompt_ids) - 1
+    positions = [i for i, m in enumerate(episode.loss_mask) if m]
+    ours = [float(logps[start + i, episode.completion_ids[i]]) for i in positions]
+    theirs = [episode.logprobs[i] for i in positions]
+    torch.testing.assert_close(torch.tensor(theirs), torch.tensor(ours), atol=2e-3, rtol=0)
+
+
+def test_grpo_steps_push_weights_the_server_then_samples_from(
+    client, default_model_dir, tmp_path
+) -> None:
+    start = client.policy_version()
+    config = _config(tmp_path / "run", steps=3)
+    result = train(
+        config,
+        client,
+        default_model_dir,
+        on_ready=lambda: client.start_rollouts(_job()),
+        printer=None,
+    )
+    assert result.steps == 3
+    assert result.policy_version == client.policy_version() == start + 4  # start + 3 steps
+    assert [r.policy_version for r in result.records] == [start + 2, start + 3, start + 4]
+    assert all(r.version_lag_max <= 1 for r in result.records)  # the staleness window held
+    assert all(r.trajectories == GROUP_SIZE * GROUPS for r in result.records)
+    # TRL's importance-sampling ratio: the server's behaviour logprobs match the trainer's
+    key = "sampling/importance_sampling_ratio/mean"
+    ratios = [log[key] for log in result.trl_logs if key in log]
+    assert len(ratios) == 3 and all(abs(r - 1.0) < 0.05 for r in ratios), ratios
+    _assert_served_weights_are(
+        latest_checkpoint(config.output_dir), _fresh_episode(client, result.policy_version)
+    )
+
+
+def test_a_restart_brings_the_server_back_to_the_checkpoint(
+    client, default_model_dir, tmp_path
+) -> None:
+    config = _config(tmp_path / "run", steps=2)
+    train(
+        config,
+        client,
+        default_model_dir,
+        on_ready=lambda: client.start_rollouts(_job()),
+        printer=None,
+    )
+    checkpoint = latest_checkpoint(config.output_dir)
+    # Someone moved the server on meanwhile (another writer, or a crash after a later push).
+    model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype="float32")
+    WeightPusher(client, version=client.policy_version()).push(model)
+    moved_to = client.policy_version()
+
+    resumed = train(config, client, default_model_dir, printer=None)  # nothing left to train
+    assert resumed.resumed_from == checkpoint and resumed.steps == 2
+    assert resumed.policy_version == moved_to + 1 == client.policy_version()
+    _assert_served_weights_are(checkpoint, _fresh_episode(client, resumed.policy_version))
