@@ -119,6 +119,11 @@ class VLLMEngine:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def llm(self) -> AsyncLLM:
+        """vLLM's own ``AsyncLLM`` (benchmarks compare against it); not for serving."""
+        return self._engine()
+
     def _engine(self) -> AsyncLLM:
         if self._llm is None:
             raise EngineFailure("the engine is not running")

@@ -79,7 +79,7 @@ class ServerProcess:
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(30)
 
 
@@ -259,6 +259,61 @@ def test_a_weight_update_over_http_moves_new_samples_to_the_next_version(
     rest = pull_all(admin, 64, version=version + 1, timeout=0)
     done = [g.group_id for g in [*response.groups, *rest.groups]]
     assert admin.post("/admin/buffer/ack", json={"group_ids": done}).json() == {"acked": len(done)}
+
+
+def test_the_window_stops_the_sampler_when_nobody_pulls(admin) -> None:
+    job = {
+        "env_id": "rollgym/GuessNumber-v0",
+        "group_size": 2,
+        "groups_per_batch": 2,
+        "max_staleness": 0,
+        "sampling": {"max_tokens": 4},
+        "drop_zero_variance": False,
+    }
+    admin.post("/admin/rollouts", json=job)
+    deadline = time.monotonic() + 120
+    status = RolloutStatus.model_validate(admin.get("/admin/rollouts").json())
+    while status.buffered_groups < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = RolloutStatus.model_validate(admin.get("/admin/rollouts").json())
+    time.sleep(2.0)  # room for a wrong admission to show
+    status = RolloutStatus.model_validate(admin.delete("/admin/rollouts").json())
+    assert status.completed_groups == status.buffered_groups == (0 + 1) * 2
+    assert status.dropped_stopped == 0  # nothing was running: the window was full
+    drained = pull_all(admin, 8, version=admin.get("/health").json()["policy_version"], timeout=0)
+    admin.post("/admin/buffer/ack", json={"group_ids": [g.group_id for g in drained.groups]})
+
+
+def test_an_external_agent_through_the_openai_client_becomes_a_trajectory(
+    server, admin, codec
+) -> None:
+    from openai import OpenAI
+
+    made = admin.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0", "seed": 3})
+    session = made.json()
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    messages = list(session["observation"])
+    for _ in range(2):
+        answer = client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=6,
+            extra_headers={"X-Rollgym-Session": session["session_id"]},
+        )
+        action = answer.choices[0].message.content
+        messages.append({"role": "assistant", "content": action})
+        step = admin.post(f"/v1/sessions/{session['session_id']}/step", json={"action": action})
+        messages += step.json()["observation"]
+        if step.json()["terminated"] or step.json()["truncated"]:
+            break
+    closed = admin.delete(f"/v1/sessions/{session['session_id']}").json()
+    assert closed["persisted"] and closed["valid"]
+    version = admin.get("/health").json()["policy_version"]
+    [group] = pull_all(admin, 1, version=version, timeout=10).groups
+    [trajectory] = group.trajectories
+    assert trajectory.source == "session" and group.group_id == session["session_id"]
+    check_token_faithful(trajectory, codec)
+    admin.post("/admin/buffer/ack", json={"group_ids": [group.group_id]})
 
 
 def test_a_crash_and_restart_keeps_every_acked_trajectory_once(server, admin) -> None:
