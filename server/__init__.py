@@ -2,4 +2,19 @@
 
 Importing this package is cheap; the engine (and vLLM) load only when an app is created.
 ``server.wire`` holds the HTTP schema that clients such as the trainer depend on.
+
+    app.py            create_app(settings): routers, lifespan, services on app.state
+    config.py         ServerSettings (ROLLGYM_* variables) and one config per component
+    policy.py         the PolicyEngine seam: token ids in, ids + logprobs + version out
+    engine/           VLLMEngine (AsyncLLM in-process), FakeEngine, MeteredEngine
+    weights/          safetensors checks against the served model; WeightUpdater
+    chat.py           messages to tokens once (template diffing); transcript.py: the
+                      per-turn prefix check
+    rollout/          admission (staleness window), seed order, group filter, one
+                      episode, the RolloutRunner
+    buffer.py         durable SQLite buffer: put, long-poll pull with leases, ack
+    sessions.py       external-agent sessions whose episodes become trajectories
+    metrics.py        the Prometheus registry (and the sandbox pool's metrics)
+    routes/           agents (health, metrics, sessions), openai, admin (token)
+    serve.py          ``rollgym serve``
 """
