@@ -151,6 +151,16 @@ async def test_an_update_gives_transformers_greedy_output_and_a_new_version(
     assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
 
 
+async def test_an_update_resets_the_prefix_cache(engine, codec, hf_model, updater) -> None:
+    prompt = codec.first_prompt([{"role": "user", "content": "A long opening. " * 12}])
+    await engine.generate(prompt, GREEDY)
+    assert (await engine.generate(prompt, GREEDY)).cached_tokens > 0
+    version = engine.policy_version
+    await updater.from_path(Path(hf_model.name_or_path), expected_version=version)
+    # KV computed with the old weights is never reused, even for the same weights
+    assert (await engine.generate(prompt, GREEDY)).cached_tokens == 0
+
+
 async def test_a_bad_update_is_refused_and_the_old_weights_keep_serving(
     engine, codec, hf_model, updater, tmp_path
 ) -> None:
