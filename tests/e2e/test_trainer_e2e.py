@@ -18,6 +18,7 @@ from server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
 from trainer.checkpoint import latest_checkpoint
 from trainer.client import ServerClient
 from trainer.config import TrainerConfig
+from trainer.errors import ServerUnavailable
 from trainer.loop import train
 from trainer.server_process import ServerProcess
 from trainer.weights import WeightPusher
@@ -143,3 +144,12 @@ def test_a_restart_brings_the_server_back_to_the_checkpoint(
     assert resumed.resumed_from == checkpoint and resumed.steps == 2
     assert resumed.policy_version == moved_to + 1 == client.policy_version()
     _assert_served_weights_are(checkpoint, _fresh_episode(client, resumed.policy_version))
+
+
+def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path) -> None:
+    empty = tmp_path / "no-model"
+    empty.mkdir()
+    process = ServerProcess(model_dir=empty, data_dir=tmp_path / "server", startup_timeout_s=120)
+    with pytest.raises(ServerUnavailable, match="exited with code") as error:
+        process.start()
+    assert "config.json" in str(error.value)  # the server's own message, from its log
