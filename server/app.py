@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
@@ -26,6 +27,10 @@ from sandboxes.metrics import MetricsSink
 from server.buffer import TrajectoryBuffer
 from server.chat import ChatCodec
 from server.config import EngineConfig, SandboxSettings, ServerSettings
+from server.dashboard import router as dashboard
+from server.dashboard.recorder import DashboardRecorder, Reading
+from server.dashboard.sampler import read_server, sample
+from server.dashboard.taps import ObservedBuffer, StageTap
 from server.engine.base import ServingEngine
 from server.engine.metered import MeteredEngine
 from server.errors import ServerError
@@ -61,6 +66,8 @@ def create_app(
     app.include_router(agents.router)
     app.include_router(openai.router)
     app.include_router(admin.router)
+    app.include_router(dashboard.router)
+    app.include_router(dashboard.admin_router)
     _install_error_handlers(app)
     return app
 
@@ -72,17 +79,18 @@ async def _services(
     pool_factory: PoolFactory | None,
 ) -> AsyncIterator[Services]:
     metrics = ServerMetrics()
+    recorder = DashboardRecorder(settings.dashboard)
     engine = (engine_factory or _vllm_engine)(settings.engine)
     async with contextlib.AsyncExitStack() as stack:
         await engine.start()
         stack.push_async_callback(engine.close)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
         buffer = await stack.enter_async_context(
-            TrajectoryBuffer(settings.buffer_path, settings.buffer)
+            ObservedBuffer(settings.buffer_path, settings.buffer, recorder=recorder)
         )
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
         envs = RegistryEnvs(lambda: pool)
-        policy = MeteredEngine(engine, metrics)
+        policy = StageTap(MeteredEngine(engine, metrics), recorder)
         episodes = EpisodeRunner(policy, codec, envs, max_model_len=settings.engine.max_model_len)
         runner = RolloutRunner(episodes, envs, buffer, metrics, settings.runner)
         stack.push_async_callback(runner.close)
@@ -98,6 +106,9 @@ async def _services(
             aliases=engine.tied_aliases(),
         )
         metrics.policy_version.set(engine.policy_version)
+        reader = functools.partial(_reading, metrics, engine, buffer)
+        dashboard_sampler = asyncio.create_task(sample(recorder, reader))
+        stack.push_async_callback(_cancel, dashboard_sampler)
         yield Services(
             settings=settings,
             engine=engine,
@@ -108,8 +119,15 @@ async def _services(
             sessions=sessions,
             weights=weights,
             metrics=metrics,
+            dashboard=recorder,
             pool=pool,
         )
+
+
+def _reading(
+    metrics: ServerMetrics, engine: ServingEngine, buffer: TrajectoryBuffer, at: float
+) -> Reading:
+    return read_server(metrics.registry, engine.policy_version, buffer.depth, at=at)
 
 
 def _vllm_engine(config: EngineConfig) -> ServingEngine:
@@ -119,12 +137,15 @@ def _vllm_engine(config: EngineConfig) -> ServingEngine:
 
 
 def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
-    from sandboxes.config import PoolConfig, SandboxConfig
+    from sandboxes.config import PoolConfig, SandboxConfig, default_runtime_dir
     from sandboxes.docker import DockerSandboxPool
 
     box = SandboxConfig(image=config.image) if config.image else SandboxConfig()
     pool_config = PoolConfig(
-        size=config.pool_size, acquire_timeout_s=config.acquire_timeout_s, box=box
+        size=config.pool_size,
+        acquire_timeout_s=config.acquire_timeout_s,
+        box=box,
+        runtime_dir=config.runtime_dir or default_runtime_dir(),
     )
     return DockerSandboxPool(pool_config, metrics=sink)
 

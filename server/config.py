@@ -6,7 +6,7 @@ fields with ``__``), then defaults::
     ROLLGYM_HOST=127.0.0.1  ROLLGYM_PORT=8000  ROLLGYM_ADMIN_TOKEN=...  ROLLGYM_DATA_DIR=...
     ROLLGYM_ENGINE__MODEL_DIR=/models/x  ROLLGYM_ENGINE__IN_FLIGHT=abort
     ROLLGYM_BUFFER__LEASE_TIMEOUT_S=120  ROLLGYM_SESSIONS__IDLE_TIMEOUT_S=600
-    ROLLGYM_SANDBOXES__POOL_SIZE=4
+    ROLLGYM_SANDBOXES__POOL_SIZE=4  ROLLGYM_SANDBOXES__RUNTIME_DIR=/tmp/rollgym-sbx-compose
 
 Each component gets its own model (``EngineConfig``, ``BufferConfig``...), never the root.
 """
@@ -114,6 +114,29 @@ class SandboxSettings(_Config):
     pool_size: int = Field(0, ge=0, le=1024)
     image: str | None = Field(None, description="default: the sandboxes package's image")
     acquire_timeout_s: float = Field(60.0, gt=0)
+    runtime_dir: str | None = Field(
+        None,
+        description="the boxes' socket folder (default: the sandboxes package's); in a "
+        "container, bind-mount it at the same path on the Docker host",
+    )
+
+    @field_validator("runtime_dir")
+    @classmethod
+    def _usable_runtime_dir(cls, path: str | None) -> str | None:
+        if path is not None:
+            from sandboxes.config import PoolConfig
+
+            PoolConfig(runtime_dir=path)  # absolute and short enough for unix sockets
+        return path
+
+
+class DashboardConfig(_Config):
+    """The live dashboard (``/dashboard``): how often it reads the server, how much it keeps."""
+
+    interval_s: float = Field(2.0, gt=0, description="one reading of the server this often")
+    history_s: float = Field(3600.0, gt=0, description="readings and stage spans kept")
+    latency_window_s: float = Field(60.0, gt=0, description="window of the latency series")
+    trainer_reports: int = Field(10_000, ge=1, description="trainer step reports kept")
 
 
 class ServerSettings(BaseSettings):
@@ -136,6 +159,7 @@ class ServerSettings(BaseSettings):
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
 
     @field_validator("admin_token")
     @classmethod

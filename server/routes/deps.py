@@ -12,6 +12,7 @@ from sandboxes.base import SandboxPool
 from server.buffer import TrajectoryBuffer
 from server.chat import ChatCodec
 from server.config import ServerSettings
+from server.dashboard.recorder import DashboardRecorder
 from server.engine.base import ServingEngine
 from server.errors import Forbidden, Unauthorized
 from server.metrics import ServerMetrics
@@ -34,6 +35,7 @@ class Services:
     sessions: SessionManager
     weights: WeightUpdater
     metrics: ServerMetrics
+    dashboard: DashboardRecorder  # the live dashboard's spans and readings
     pool: SandboxPool | None = None
     trainer_version: int | None = None  # from the trainer's last pull
 

@@ -1,0 +1,15 @@
+"""The live dashboard: where the loop's time goes, in a browser (``GET /dashboard``).
+
+The page (``index.html``, ``dashboard.js``, ``dashboard.css``: package data, plain SVG, no
+CDN) polls ``GET /dashboard/data`` every two seconds and draws the four stages' busy and
+waiting time over time, environment vs model latency percentiles, buffer depth, the
+version-lag histogram, dropped samples and the reward curve.
+
+    intervals.py   IntervalSet: many spans merged into disjoint intervals (busy time)
+    quantiles.py   percentiles from the server's Prometheus histograms
+    recorder.py    DashboardRecorder: the stages' spans, periodic readings, the views
+    sampler.py     read the server every interval_s while the app runs
+    taps.py        StageTap (every generation), ObservedBuffer (every store and pull)
+    schema.py      TrainerReport (what the trainer posts), DashboardData (what the page gets)
+    router.py      the routes; POST /admin/dashboard/trainer takes the trainer's steps
+"""
