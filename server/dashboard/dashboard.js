@@ -40,10 +40,10 @@ function clock(t) {
 
 function seconds(s) {
   if (s === null || s === undefined) return "-";
-  if (s < 1e-3) return (s * 1e6).toFixed(0) + " µs";
-  if (s < 1) return (s * 1e3).toFixed(s < 0.01 ? 2 : 1) + " ms";
-  if (s < 120) return s.toFixed(1) + " s";
-  return (s / 60).toFixed(1) + " min";
+  if (s === 0) return "0";
+  const [value, unit] = s < 1e-3 ? [s * 1e6, "µs"] : s < 1 ? [s * 1e3, "ms"]
+    : s < 120 ? [s, "s"] : [s / 60, "min"];
+  return `${+value.toFixed(value < 10 ? 1 : 0)} ${unit}`;
 }
 
 function empty(svg, message) {
