@@ -6,13 +6,16 @@
 #   3. the sandbox base image (pull a public one when a registry answers, else debootstrap +
 #      docker import), then the images under sandboxes/images/ built FROM it
 #   4. the default model, made locally (`rollgym model init`)
+#   and Debian's chromium (headless) for the dashboard's browser tests
 #
 # Each step checks what exists first, so a second run is a no-op that takes seconds. A step
 # marks itself done only after it succeeded, so an interrupted run is repaired by the next.
 #
 # Environment knobs: ROLLGYM_VENV (default .venv), ROLLGYM_HOME (data dir), ROLLGYM_BASE_IMAGE
 # (default rollgym/base:bookworm), ROLLGYM_PUBLIC_BASE (default python:3.11-slim-bookworm),
-# ROLLGYM_SKIP_DOCKER=1 (no engine or images: unit and engine tiers only).
+# ROLLGYM_SKIP_DOCKER=1 (no engine or images: unit and engine tiers only), ROLLGYM_SKIP_BROWSER=1
+# (no chromium: the dashboard's browser tests need it). `scripts/setup.sh app-image` also
+# builds the app image for docker compose (wheelhouse, then an offline build).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -224,6 +227,20 @@ $out"
   log "image: $APP_IMAGE ($(docker image inspect -f '{{.Size}}' "$APP_IMAGE" | awk '{printf "%.2f GB", $1/1e9}'))"
 }
 
+# --- headless browser (the dashboard's browser tests) ---------------------------------------
+setup_browser() {
+  if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    log "browser: chromium present"
+    return
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "browser: no chromium and no apt-get; the dashboard's browser tests will fail until chromium is on PATH"
+    return
+  fi
+  install_debian_packages chromium
+  log "browser: chromium installed"
+}
+
 # --- 4. default model ---------------------------------------------------------------------
 setup_model() {
   "$VENV/bin/rollgym" model init
@@ -242,6 +259,7 @@ main() {
     setup_base_image
     setup_sandbox_images
   fi
+  [ "${ROLLGYM_SKIP_BROWSER:-0}" = 1 ] || setup_browser
   setup_model
   log "done in $(( SECONDS - t0 )) s"
 }
