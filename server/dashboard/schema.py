@@ -29,6 +29,7 @@ class TrainerReport(BaseModel):
     success_rate: float = Field(0.0, ge=0, le=1)
     version_lag_mean: float = 0.0
     version_lag_max: int = 0
+    invalid: int = Field(0, ge=0, description="invalid trajectories in the step's batch")
     dropped_total: int = Field(0, ge=0, description="trajectories the trainer did not train on")
     wait_s: float = Field(0.0, ge=0, description="the trainer waiting on the buffer")
     train_s: float = Field(0.0, ge=0)
