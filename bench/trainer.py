@@ -36,7 +36,7 @@ from envs.guess_number import GuessNumberEnv
 
 ENV_ID = "SlowGuessNumber-v0"
 SERVED_ID = f"bench.trainer:{ENV_ID}"
-MAX_TURNS = 5
+MAX_TURNS = 3
 
 
 class SlowGuessNumberEnv(GuessNumberEnv):
@@ -73,7 +73,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
     shutil.rmtree(root, ignore_errors=True)
     task = TaskConfig(
         env_id=SERVED_ID,
-        env_kwargs={"low": 1, "high": 16, "latency_s": args.env_latency},
+        env_kwargs={"low": 1, "high": 8, "latency_s": args.env_latency},
         max_turns=MAX_TURNS,
     )
     trainer_config = TrainerConfig(
@@ -106,7 +106,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
             client,
             result_checkpoint(run.grpo.output_dir),
             env_id="rollgym/GuessNumber-v0",  # the same task without the wait
-            env_kwargs={"low": 1, "high": 16},
+            env_kwargs={"low": 1, "high": 8},
             seeds=held_out_seeds(args.eval_episodes),
             max_turns=MAX_TURNS,
             sampling=run.sampling(),
@@ -170,7 +170,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--env-latency", type=float, default=1.0)
     parser.add_argument("--eval-episodes", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--out", type=Path, default=Path(".data/bench-trainer"))
     args = parser.parse_args()
 

@@ -45,8 +45,8 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     env_id: str = "rollgym/GuessNumber-v0"
-    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 16})
-    max_turns: int = Field(5, ge=1)
+    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 8})
+    max_turns: int = Field(3, ge=1)
     max_tokens: int = Field(8, ge=1, description="per model turn")
     temperature: float = Field(1.0, gt=0)
 
@@ -57,8 +57,8 @@ def _default_trainer() -> TrainerConfig:
         group_size=8,
         groups_per_batch=4,
         max_staleness=1,
-        total_steps=100,
-        learning_rate=5e-4,
+        total_steps=120,
+        learning_rate=2e-4,
         checkpoint_every=1,
     )
 
@@ -100,6 +100,8 @@ class RunConfig(BaseModel):
         demo_range = (self.warmstart.low, self.warmstart.high)
         if self.task.env_id.endswith("GuessNumber-v0") and task_range != demo_range:
             raise ValueError(f"warmstart range {demo_range} differs from the task's {task_range}")
+        if self.task.max_turns != self.warmstart.max_turns:
+            raise ValueError("warmstart.max_turns must equal task.max_turns (same game)")
         return self
 
     @property

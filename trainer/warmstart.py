@@ -41,9 +41,9 @@ class WarmStartConfig(BaseModel):
     imperfect_episodes: int = Field(300, ge=0, description="demonstrations with noisy guesses")
     noise: float = Field(1.0, ge=0, le=1, description="share of random guesses when imperfect")
     low: int = 1
-    high: int = 16
-    max_turns: int = Field(5, ge=1)
-    epochs: float = Field(4.0, gt=0)
+    high: int = 8
+    max_turns: int = Field(3, ge=1)
+    epochs: float = Field(8.0, gt=0)
     learning_rate: float = Field(2e-3, gt=0)
     batch_size: int = Field(32, ge=1)
     seed: int = 0

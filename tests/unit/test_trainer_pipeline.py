@@ -38,6 +38,7 @@ def test_run_config_ties_the_job_to_the_trainer(tmp_path) -> None:
     [
         ({"task": {"temperature": 0.7}}, "temperature"),
         ({"task": {"env_kwargs": {"low": 1, "high": 32}}}, "warmstart range"),
+        ({"task": {"max_turns": 6}}, "max_turns"),
     ],
 )
 def test_run_config_refuses_inconsistent_settings(tmp_path, values, needle) -> None:
