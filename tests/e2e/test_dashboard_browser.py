@@ -1,0 +1,132 @@
+"""The dashboard in headless Chromium, against the real server (``rollgym serve``, vLLM).
+
+The module drives a short loop by hand: a GuessNumber rollout job, then three "steps" of
+pull, ack, weight push (the same weights: the version still moves) and a trainer report
+(``POST /admin/dashboard/trainer``, as ``trainer.dashboard`` posts it during a run). The page must then show the server's
+policy version and every chart with data, both in the DOM after a virtual-time budget and
+in a screenshot that is not blank. Set ``ROLLGYM_DASHBOARD_PNG=docs/dashboard.png`` to keep
+the screenshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import chromium
+import httpx
+import pytest
+from PIL import Image
+
+from server.dashboard.schema import TrainerReport
+from server.wire import PullRequest, RolloutJob, SamplingSettings
+from trainer.client import ServerClient
+from trainer.server_process import ServerProcess
+
+STEPS = 3
+STAGES = ("sampling", "environment", "buffer", "training")
+
+
+class Elements(HTMLParser):
+    """Every element's attributes, and the text directly inside elements that have an id."""
+
+    VOID = frozenset({"meta", "link", "br", "img", "input", "hr"})
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.html = html
+        self.elements: list[tuple[str, dict[str, str]]] = []
+        self.text_by_id: dict[str, str] = {}
+        self._open: list[tuple[str, str | None]] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        self.elements.append((tag, values))
+        if tag not in self.VOID:
+            self._open.append((tag, values.get("id")))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open and self._open.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        if self._open and (key := self._open[-1][1]):
+            self.text_by_id[key] = self.text_by_id.get(key, "") + data
+
+    def series(self, tag: str) -> set[str]:
+        return {a["data-series"] for t, a in self.elements if t == tag and "data-series" in a}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
+    if chromium.binary() is None:
+        pytest.fail("no chromium: run scripts/setup.sh (it installs Debian's chromium)")
+    data = tmp_path_factory.mktemp("dashboard-server")
+    settings = {"ROLLGYM_DASHBOARD__INTERVAL_S": "0.5", "ROLLGYM_ENGINE__MAX_MODEL_LEN": "512"}
+    with ServerProcess(model_dir=default_model_dir, data_dir=data, settings=settings) as server:
+        with ServerClient(server.client_config()) as client:
+            _drive(server, client, default_model_dir / "model.safetensors")
+        time.sleep(1.0)  # a reading after the last step
+        yield server
+
+
+def _drive(server: ServerProcess, client: ServerClient, weights_file: Path) -> None:
+    job = RolloutJob(
+        env_id="rollgym/GuessNumber-v0",
+        group_size=4,
+        groups_per_batch=2,
+        max_staleness=1,
+        max_turns=4,
+        sampling=SamplingSettings(temperature=1.0, max_tokens=8),
+        drop_zero_variance=False,
+    )
+    client.start_rollouts(job)
+    weights = weights_file.read_bytes()
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    for step in range(1, STEPS + 1):
+        version = client.policy_version()
+        request = PullRequest(trainer_version=version, max_staleness=1, num_groups=2, timeout_s=120)
+        pulled = client.pull(request)
+        assert pulled.groups
+        started = time.time()
+        client.ack([g.group_id for g in pulled.groups])
+        result = client.push_weights(weights, expected_version=version)
+        report = TrainerReport(
+            step=step,
+            at=time.time(),
+            policy_version=result.policy_version,
+            busy_spans=[(started, time.time())],
+        )
+        url = f"{server.url}/admin/dashboard/trainer"
+        httpx.post(url, json=report.model_dump(), headers=admin, timeout=30).raise_for_status()
+    client.stop_rollouts()
+
+
+def test_the_page_shows_the_version_and_every_chart_with_data(server) -> None:
+    page = Elements(chromium.dump_dom(f"{server.url}/dashboard"))
+    assert page.text_by_id["policy-version"] == str(STEPS)
+    assert page.text_by_id["trainer-step"] == str(STEPS)
+    assert int(page.text_by_id["trajectories"]) >= STEPS * 2 * 4
+    assert page.text_by_id["status"].startswith("live")
+    lines = page.series("path")
+    assert set(STAGES) <= lines  # the stage chart
+    assert {"model p50", "ready groups", "sampled (server)", "stale"} <= lines
+    assert {"model", "environment", "trajectories"} <= page.series("rect")  # latency, lag bars
+    assert all(f"</span>{stage}</td>" in page.html for stage in STAGES)  # the totals table
+
+
+def test_the_screenshot_is_a_rendered_page(server, tmp_path) -> None:
+    png = chromium.screenshot(f"{server.url}/dashboard", tmp_path / "dashboard.png")
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1400, 1250)
+    colors = dict((rgb, count) for count, rgb in image.getcolors(maxcolors=1 << 24))
+    assert len(colors) > 200  # text, lines and bars: not a blank page
+    assert colors.get((0x4E, 0x79, 0xA7), 0) > 1000  # the sampling line and the model bars
+    assert image.getpixel((5, 5)) == (0x1D, 0x23, 0x30)  # the header drew in its colour
+    if target := os.environ.get("ROLLGYM_DASHBOARD_PNG"):
+        shutil.copyfile(png, target)
