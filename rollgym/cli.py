@@ -54,6 +54,8 @@ def _run(args: argparse.Namespace) -> int:
         values["run_dir"] = args.run_dir
     if args.eval_episodes is not None:
         values["eval_episodes"] = args.eval_episodes
+    if args.server:
+        values["server_url"] = args.server
     trainer = {"total_steps": args.steps, "max_staleness": args.max_staleness}
     if trainer := {k: v for k, v in trainer.items() if v is not None}:
         base = parse_config(RunConfig, **values).trainer.model_dump()
@@ -106,6 +108,9 @@ def _add_training_commands(commands: argparse._SubParsersAction) -> None:
         "--max-staleness", type=int, help="0: synchronous; >= 1: asynchronous (default 1)"
     )
     run.add_argument("--eval-episodes", type=int, help="held-out episodes per policy (0: skip)")
+    run.add_argument(
+        "--server", help="train against this running server (token: $ROLLGYM_ADMIN_TOKEN)"
+    )
     run.add_argument("--restart", action="store_true", help="delete the run dir and start over")
     run.set_defaults(handler=_run)
 

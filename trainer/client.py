@@ -1,6 +1,7 @@
 """The trainer's HTTP client of the rollout server: the only way the trainer reaches it.
 
-Bodies are the pydantic models of ``server.wire``; httpx and validation errors are translated
+Bodies are the pydantic models of ``server.wire`` (and, for the dashboard's step reports,
+``server.dashboard.schema``; both import nothing of the server's machinery); httpx and validation errors are translated
 here into ``trainer.errors`` (see that module for the tree). The client is synchronous
 because TRL's training loop is.
 
@@ -22,6 +23,7 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from server.dashboard.schema import TrainerAccepted, TrainerReport
 from server.wire import (
     AckRequest,
     ErrorBody,
@@ -158,6 +160,13 @@ class ServerClient:
 
     def stop_rollouts(self) -> RolloutStatus:
         return self._model(RolloutStatus, self._send("DELETE", "/admin/rollouts"))
+
+    def report_step(self, report: TrainerReport) -> TrainerAccepted:
+        """One optimizer step for the server's dashboard (``trainer.dashboard``)."""
+        response = self._send(
+            "POST", "/admin/dashboard/trainer", json=report.model_dump(mode="json")
+        )
+        return self._model(TrainerAccepted, response)
 
     # --- plumbing -----------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from trainer.callbacks import CheckpointLedgerCallback, StepCallback
 from trainer.checkpoint import DropCounts, latest_checkpoint, read_state
 from trainer.client import ServerClient
 from trainer.config import TrainerConfig
+from trainer.dashboard import DashboardCallback
 from trainer.feed import GroupFeed
 from trainer.grpo import ServerGRPOTrainer, grpo_args, placeholder_prompts
 from trainer.ledger import DataLedger
@@ -97,7 +98,11 @@ def train(
             args=grpo_args(config),
             train_dataset=placeholder_prompts(config),
             rollout_func=feed,
-            callbacks=[step_callback, ledger_callback],
+            callbacks=[
+                step_callback,
+                DashboardCallback(client, progress, printer=printer),
+                ledger_callback,
+            ],
         )
     grpo.remove_callback(PrinterCallback)  # our table replaces TRL's per-step log dicts
     grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -4,7 +4,8 @@ Stages, each resumable (a second run picks up where an interrupted one stopped):
 
     1. warm start   SFT on GuessNumber demonstrations (trainer.warmstart; skipped if done)
     2. server       `rollgym serve` on a free loopback port, real vLLM engine, the run's
-                    durable buffer under <run_dir>/server
+                    durable buffer under <run_dir>/server; or a running server
+                    (`server_url`, e.g. the compose service), weights pushed over HTTP
     3. GRPO         push the trainer's weights, start the rollout job, train against the
                     server (trainer.loop; resumes from the last checkpoint)
     4. evaluation   success rate on held-out seeds: warm start vs the RL policy
@@ -16,21 +17,22 @@ docs/training.md for how they were chosen and what they measure).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym import paths
 from server.wire import RolloutJob, SamplingSettings
 from trainer.client import ServerClient
-from trainer.config import TrainerConfig
+from trainer.config import ClientConfig, TrainerConfig
 from trainer.errors import TrainerConfigError
 from trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
 from trainer.loop import TrainResult, train
@@ -88,6 +90,10 @@ class RunConfig(BaseModel):
     trainer: TrainerConfig = Field(default_factory=_default_trainer)
     eval_episodes: int = Field(200, ge=0, description="held-out episodes per policy (0: skip)")
     threads: CpuSplit = Field(default_factory=CpuSplit)
+    server_url: str | None = Field(
+        None, description="use this running server (token: $ROLLGYM_ADMIN_TOKEN), else start one"
+    )
+    server_wait_s: float = Field(600.0, gt=0, description="how long to wait for --server")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -149,16 +155,12 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
         config.warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
     )
 
-    printer("[2/5] starting the rollout server (vLLM engine) on loopback")
-    server = ServerProcess(
-        model_dir=warm_dir,
-        data_dir=config.run_dir / "server",
-        log_path=config.run_dir / "server.log",
-        threads=config.threads.server,
-    )
-    torch.set_num_threads(config.threads.trainer)  # this process; the server has its own
-    with server, ServerClient(server.client_config()) as client:
-        printer(f"[3/5] GRPO against {server.url} ({config.trainer.mode} mode)")
+    torch.set_num_threads(config.threads.trainer)  # this process; a server has its own
+    with (
+        _rollout_server(config, warm_dir, printer) as client_config,
+        ServerClient(client_config) as client,
+    ):
+        printer(f"[3/5] GRPO against {client_config.url} ({config.trainer.mode} mode)")
         result = train(
             config.grpo,
             client,
@@ -185,6 +187,31 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
     )
     _write_summary(report, config)
     return report
+
+
+@contextlib.contextmanager
+def _rollout_server(
+    config: RunConfig, warm_dir: Path, printer: Callable[[str], object]
+) -> Iterator[ClientConfig]:
+    """Connect to ``config.server_url``, or start ``rollgym serve`` for the run's lifetime."""
+    if config.server_url is not None:
+        token = os.environ.get("ROLLGYM_ADMIN_TOKEN")
+        if not token:
+            raise TrainerConfigError("a --server needs its admin token in ROLLGYM_ADMIN_TOKEN")
+        client_config = ClientConfig(url=config.server_url, admin_token=SecretStr(token))
+        printer(f"[2/5] waiting for the rollout server at {config.server_url}")
+        with ServerClient(client_config) as client:
+            client.wait_until_ready(config.server_wait_s)
+        yield client_config
+        return
+    printer("[2/5] starting the rollout server (vLLM engine) on loopback")
+    with ServerProcess(
+        model_dir=warm_dir,
+        data_dir=config.run_dir / "server",
+        log_path=config.run_dir / "server.log",
+        threads=config.threads.server,
+    ) as server:
+        yield server.client_config()
 
 
 def _final_weights(config: RunConfig) -> Path:

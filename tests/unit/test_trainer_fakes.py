@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from safetensors.torch import load as safetensors_load
 
+from server.dashboard.schema import TrainerAccepted, TrainerReport
 from server.wire import (
     AckRequest,
     ErrorBody,
@@ -113,7 +114,13 @@ Producer = Callable[[int, int], TrajectoryGroup]  # (policy version, group size)
 class FakeServer:
     """In-memory stand-in for the rollout server's admin API (see the module docstring)."""
 
-    def __init__(self, *, version: int = 0, producer: Producer | str | None = "random") -> None:
+    def __init__(
+        self,
+        *,
+        version: int = 0,
+        producer: Producer | str | None = "random",
+        dashboard: bool = True,
+    ) -> None:
         """``producer=None``: pulls hand out only what ``add`` put in (no sampling)."""
         rng = random.Random(0)
         self.version = version
@@ -132,8 +139,11 @@ class FakeServer:
         # acks still answered before they start failing with 500 (None: never fail), to
         # play a crash between a checkpoint and its ack
         self.acks_before_failure: int | None = None
+        self.reports: list[TrainerReport] = []  # the dashboard's step reports
         self._leases = itertools.count()
         self.app = self._build_app()
+        if dashboard:
+            self._add_dashboard(self.app)
 
     def client(self, *, token: str | None = TOKEN) -> ServerClient:
         config = ClientConfig(url="http://fake", admin_token=token)
@@ -214,6 +224,12 @@ class FakeServer:
             return self._status()
 
         return app
+
+    def _add_dashboard(self, app: FastAPI) -> None:
+        @app.post("/admin/dashboard/trainer")
+        def report(body: TrainerReport) -> TrainerAccepted:
+            self.reports.append(body)
+            return TrainerAccepted(step=body.step, spans=len(body.busy_spans))
 
     def _pull(self, request: PullRequest) -> PullResponse:
         fresh, dropped = [], 0

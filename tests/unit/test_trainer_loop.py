@@ -71,6 +71,22 @@ def test_every_step_pushes_new_weights_and_the_version_rises(tmp_path, default_m
     assert [r.step for r in result.records] == [1, 2, 3]
     assert [r.policy_version for r in result.records] == [9, 10, 11]
     assert result.records[-1].reward_mean == pytest.approx(0.5)  # the fake's reward mix
+    # each step went to the dashboard with the training spans since the previous report
+    assert [r.step for r in fake.reports] == [1, 2, 3]
+    assert [r.policy_version for r in fake.reports] == [9, 10, 11]
+    assert all(r.busy_spans for r in fake.reports)
+    starts = [start for r in fake.reports for start, _ in r.busy_spans]
+    assert starts == sorted(starts)  # no span sent twice
+
+
+def test_a_server_without_dashboard_does_not_stop_training(tmp_path, default_model_dir) -> None:
+    fake = FakeServer(dashboard=False)
+    lines: list[str] = []
+    result = train(
+        _config(tmp_path, total_steps=2), fake.client(), default_model_dir, printer=lines.append
+    )
+    assert result.steps == 2
+    assert sum("no dashboard" in line for line in lines) == 1
 
 
 def test_stale_groups_in_the_buffer_are_dropped_and_counted(tmp_path, default_model_dir) -> None:

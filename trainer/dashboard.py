@@ -1,0 +1,55 @@
+"""Step reports to the server's live dashboard (``POST /admin/dashboard/trainer``).
+
+The server draws the loop's four stages; three of them it sees itself, the training stage
+only the trainer knows. After every optimizer step ``DashboardCallback`` posts the step's
+``StepRecord`` and the training spans (compute, weight push, checkpoint) recorded since
+its last report, as the dashboard's ``TrainerReport``. A server without the dashboard
+(404) turns the reports off for the run, with one line said about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from server.dashboard.schema import TrainerReport
+from trainer.client import ServerClient
+from trainer.errors import ServerError
+from trainer.progress import RunProgress
+
+
+class DashboardCallback(TrainerCallback):
+    """Posts one ``TrainerReport`` per optimizer step (register it after ``StepCallback``)."""
+
+    def __init__(
+        self,
+        client: ServerClient,
+        progress: RunProgress,
+        *,
+        printer: Callable[[str], object] | None = print,
+    ) -> None:
+        self.client = client
+        self.progress = progress
+        self.printer = printer
+        self.enabled = True
+        self._spans_sent = 0
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if not self.enabled or not self.progress.steps:
+            return
+        spans = self.progress.timeline.spans["training"][self._spans_sent :]
+        report = TrainerReport(**self.progress.steps[-1].model_dump(), busy_spans=spans)
+        try:
+            self.client.report_step(report)
+        except ServerError as exc:
+            if exc.status != 404:
+                raise
+            self.enabled = False
+            if self.printer is not None:
+                self.printer("  (the server has no dashboard: step reports are off)")
+            return
+        self._spans_sent += len(spans)
