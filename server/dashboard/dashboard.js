@@ -80,7 +80,8 @@ function lineChart(svg, { xs, series, yMin, yMax, yFormat, xFormat }) {
     node("text", { x: f.left - 6, y: sy(v) + 4, "text-anchor": "end" }, svg, (yFormat || String)(v));
   }
   for (const v of ticks(x0, x1, 4)) {
-    node("text", { x: sx(v), y: f.bottom + 16, "text-anchor": "middle" }, svg, (xFormat || clock)(v));
+    const anchor = sx(v) > f.right - 30 ? "end" : sx(v) < f.left + 30 ? "start" : "middle";
+    node("text", { x: sx(v), y: f.bottom + 16, "text-anchor": anchor }, svg, (xFormat || clock)(v));
   }
   node("line", { x1: f.left, x2: f.right, y1: f.bottom, y2: f.bottom, class: "axis" }, svg);
   for (const s of series) {
