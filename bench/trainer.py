@@ -186,11 +186,14 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--out", type=Path, default=Path(".data/bench-trainer"))
     args = parser.parse_args()
+    args.out = args.out.resolve()
 
     from rollgym import paths
     from trainer.warmstart import WarmStartConfig, warm_start
 
-    warm_dir = warm_start(WarmStartConfig(), paths.default_model_dir(), args.out / "warmstart")
+    warm_dir = warm_start(
+        WarmStartConfig(), paths.default_model_dir(), args.out / "warmstart", printer=print
+    )
     rows = [
         _run_mode(name, staleness, args, warm_dir)
         for name, staleness in (("sync", 0), ("async-1", 1), ("async-2", 2))

@@ -69,7 +69,12 @@ class TrainerConfig(_Config):
     seed: int = 0
     # --- weights, checkpoints, data
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
-    checkpoint_every: int = Field(10, ge=1, description="checkpoint (and ack) every k steps")
+    checkpoint_every: int = Field(
+        1,
+        ge=1,
+        description="checkpoint, then ack, every k steps; the server counts unacked groups "
+        "against its admission budget, so k > 1 throttles sampling",
+    )
     keep_checkpoints: int = Field(
         2, ge=2, description="checkpoints kept on disk (>= 2: one survives a crash mid-save)"
     )
