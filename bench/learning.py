@@ -18,6 +18,7 @@ import math
 import os
 from pathlib import Path
 
+from bench import quiet_training_output
 from trainer.evaluate import SuccessRate
 
 
@@ -39,20 +40,8 @@ def two_proportion_p(a: SuccessRate, b: SuccessRate) -> float:
     return math.erfc(abs(z) / math.sqrt(2))
 
 
-def _quiet() -> None:
-    """No progress bars, no TRL warning about vLLM versions it was not tested with."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM", category=UserWarning)
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-
-
 def main() -> None:
-    _quiet()
+    quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=400, help="held-out episodes per policy")
     parser.add_argument("--run-dir", type=Path, default=Path(".data/bench-learning"))

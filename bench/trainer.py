@@ -32,6 +32,7 @@ from typing import Any
 
 import gymnasium
 
+from bench import quiet_training_output
 from envs.guess_number import GuessNumberEnv
 
 ENV_ID = "SlowGuessNumber-v0"
@@ -165,20 +166,8 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
     print(f"\nload average (1 min) before->after each run: {loads} on {os.cpu_count()} cores")
 
 
-def _quiet() -> None:
-    """No progress bars, no TRL warning about vLLM versions it was not tested with."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM", category=UserWarning)
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-
-
 def main() -> None:
-    _quiet()
+    quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--env-latency", type=float, default=1.0)

@@ -6,7 +6,7 @@ Importing this package is cheap; the engine (and vLLM) load only when an app is 
     app.py            create_app(settings): routers, lifespan, services on app.state
     config.py         ServerSettings (ROLLGYM_* variables) and one config per component
     policy.py         the PolicyEngine seam: token ids in, ids + logprobs + version out
-    engine/           VLLMEngine (AsyncLLM in-process), FakeEngine, MeteredEngine
+    engine/           VLLMEngine (AsyncLLM in-process), FakeEngine, ObservedEngine
     weights/          safetensors checks against the served model; WeightUpdater
     chat.py           messages to tokens once (template diffing); transcript.py: the
                       per-turn prefix check

@@ -30,9 +30,9 @@ from server.config import EngineConfig, SandboxSettings, ServerSettings
 from server.dashboard import router as dashboard
 from server.dashboard.recorder import DashboardRecorder, Reading
 from server.dashboard.sampler import read_server, sample
-from server.dashboard.taps import ObservedBuffer, StageTap
+from server.dashboard.taps import ObservedBuffer
 from server.engine.base import ServingEngine
-from server.engine.metered import MeteredEngine
+from server.engine.observed import ObservedEngine
 from server.errors import ServerError
 from server.metrics import ServerMetrics
 from server.rollout.environments import RegistryEnvs
@@ -90,7 +90,7 @@ async def _services(
         )
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
         envs = RegistryEnvs(lambda: pool)
-        policy = StageTap(MeteredEngine(engine, metrics), recorder)
+        policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
         episodes = EpisodeRunner(policy, codec, envs, max_model_len=settings.engine.max_model_len)
         runner = RolloutRunner(episodes, envs, buffer, metrics, settings.runner)
         stack.push_async_callback(runner.close)

@@ -9,7 +9,7 @@ version-lag histogram, dropped samples and the reward curve.
     quantiles.py   percentiles from the server's Prometheus histograms
     recorder.py    DashboardRecorder: the stages' spans, periodic readings, the views
     sampler.py     read the server every interval_s while the app runs
-    taps.py        StageTap (every generation), ObservedBuffer (every store and pull)
+    taps.py        ObservedBuffer (every store and pull)
     schema.py      TrainerReport (what the trainer posts), DashboardData (what the page gets)
     router.py      the routes; POST /admin/dashboard/trainer takes the trainer's steps
 """

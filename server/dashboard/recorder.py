@@ -3,7 +3,7 @@
 Events come in from three places, each stamped on the wall clock (``time.time``):
 
 * **sampling**: every generation the engine finishes, ``[end - model_s, end)`` (queue
-  excluded), from ``server.dashboard.taps.StageTap``;
+  excluded), from ``server.engine.observed.ObservedEngine``;
 * **environment** and the **reward curve**: every trajectory the buffer stores (groups,
   sessions, invalid episodes), its env steps placed by walking back from the episode's end
   (``created_at``) through its turns (``trainer.stages`` does the same on the trainer's
@@ -39,6 +39,7 @@ from server.dashboard.schema import (
     StageTotals,
     TrainerReport,
 )
+from server.policy import Generation
 from server.wire import Trajectory, TrajectoryGroup
 
 MODEL, ENVIRONMENT = "model", "environment"
@@ -102,6 +103,10 @@ class DashboardRecorder:
     def generation(self, model_s: float, end: float | None = None) -> None:
         end = self.clock() if end is None else end
         self._add("sampling", end - model_s, end)
+
+    def sampling_span(self, generation: Generation) -> None:
+        """A generation just finished: its engine time (queue excluded) was sampling."""
+        self.generation(generation.model_s)
 
     def stored(self, trajectories: Sequence[Trajectory]) -> None:
         """Trajectories the buffer persisted (valid or not): env spans and rewards."""

@@ -1,46 +1,19 @@
-"""Where the dashboard listens: the policy (every generation) and the buffer (every store
-and pull). Both wrap the real object and add nothing but a call to the recorder.
+"""Where the dashboard listens to the buffer (every store and pull): a ``TrajectoryBuffer``
+that adds nothing but calls to the recorder. Generations reach the recorder through
+``server.engine.observed.ObservedEngine``.
 
-    policy = StageTap(MeteredEngine(engine, metrics), recorder)
-    buffer = ObservedBuffer(path, config, recorder=recorder)   # a TrajectoryBuffer
+    buffer = ObservedBuffer(path, config, recorder=recorder)
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.buffer import Leased, TrajectoryBuffer
 from server.config import BufferConfig
 from server.dashboard.recorder import DashboardRecorder
-from server.policy import Generation, PolicyEngine
-from server.wire import PullRequest, PullResponse, SamplingSettings, Trajectory, TrajectoryGroup
-
-
-class StageTap:
-    """A ``PolicyEngine`` that reports each generation's engine time as a sampling span."""
-
-    def __init__(self, engine: PolicyEngine, recorder: DashboardRecorder):
-        self._engine = engine
-        self._recorder = recorder
-
-    @property
-    def policy_version(self) -> int:
-        return self._engine.policy_version
-
-    async def generate(
-        self,
-        prompt_ids: Sequence[int],
-        sampling: SamplingSettings,
-        *,
-        stop_token_ids: Sequence[int] = (),
-        request_id: str | None = None,
-    ) -> Generation:
-        generation = await self._engine.generate(
-            prompt_ids, sampling, stop_token_ids=stop_token_ids, request_id=request_id
-        )
-        self._recorder.generation(generation.model_s)
-        return generation
+from server.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
 
 
 class ObservedBuffer(TrajectoryBuffer):

@@ -1,0 +1,43 @@
+"""``ObservedEngine``: any ``PolicyEngine``, with every generation handed to observers.
+
+The server hangs its metrics and its dashboard on the one engine the runner and the
+sessions share, so neither has to know about them:
+
+    policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from server.policy import Generation, PolicyEngine
+from server.wire import SamplingSettings
+
+GenerationObserver = Callable[[Generation], None]
+
+
+class ObservedEngine:
+    """Delegates to ``engine``; calls each observer with every finished generation."""
+
+    def __init__(self, engine: PolicyEngine, *observers: GenerationObserver):
+        self._engine = engine
+        self._observers = observers
+
+    @property
+    def policy_version(self) -> int:
+        return self._engine.policy_version
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingSettings,
+        *,
+        stop_token_ids: Sequence[int] = (),
+        request_id: str | None = None,
+    ) -> Generation:
+        generation = await self._engine.generate(
+            prompt_ids, sampling, stop_token_ids=stop_token_ids, request_id=request_id
+        )
+        for observe in self._observers:
+            observe(generation)
+        return generation
