@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from typing import Any
 
 from pydantic import ValidationError
@@ -61,7 +62,30 @@ def serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"rollgym serve: bad settings:\n{exc}")
         return 2
-    uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level
-    )
-    return 0
+    try:
+        listener = listen(settings.host, settings.port)
+    except OSError as exc:
+        print(
+            f"rollgym serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}. "
+            "Is another server running there? Stop it or pick another --port."
+        )
+        return 2
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level=args.log_level))
+    with listener:
+        server.run(sockets=[listener])
+    return 0 if server.started else 1
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Bind the server's socket before the engine loads, so a busy port fails in a second,
+    not after the model is up; uvicorn then serves on this very socket (no race)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError:
+        listener.close()
+        raise
+    return listener

@@ -7,6 +7,7 @@ Every answer carries the policy version (body ``policy_version``, header
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
@@ -97,7 +98,7 @@ async def completions(
     logprobs = None
     if body.logprobs is not None:
         tokens = [t.token for t in _token_logprobs(codec, generation)]
-        offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+        offsets = list(itertools.accumulate((len(t) for t in tokens), initial=0))[:-1]
         logprobs = CompletionLogprobs(
             tokens=tokens, token_logprobs=generation.logprobs, text_offset=offsets
         )

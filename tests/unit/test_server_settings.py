@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
 import pytest
 from pydantic import ValidationError
 
 from server.config import ServerSettings
-from server.serve import add_arguments, overrides
+from server.serve import add_arguments, overrides, serve
 
 TOKEN = "a-token-long-enough"
 
@@ -47,3 +48,21 @@ def test_bad_settings_say_what_is_wrong(monkeypatch, tmp_path) -> None:
         ServerSettings(admin_token=TOKEN, engine={"model_dir": str(tmp_path)})
     with pytest.raises(ValidationError, match="extra"):
         ServerSettings(admin_token=TOKEN, engine={"modle_dir": str(tmp_path)})
+
+
+def test_a_busy_port_fails_before_the_engine_loads(
+    monkeypatch, tmp_path, default_model_dir, capsys
+) -> None:
+    monkeypatch.setenv("ROLLGYM_ADMIN_TOKEN", TOKEN)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        args = parse("--port", str(port), "--model-dir", str(default_model_dir))
+        monkeypatch.setattr("server.app.create_app", _no_engine_please)
+        assert serve(args) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().out
+
+
+def _no_engine_please(settings: object) -> None:
+    raise AssertionError("the app (and its engine) was built although the port is taken")
