@@ -15,7 +15,8 @@
 # (default rollgym/base:bookworm), ROLLGYM_PUBLIC_BASE (default python:3.11-slim-bookworm),
 # ROLLGYM_SKIP_DOCKER=1 (no engine or images: unit and engine tiers only), ROLLGYM_SKIP_BROWSER=1
 # (no chromium: the dashboard's browser tests need it). `scripts/setup.sh app-image` also
-# builds the app image for docker compose (wheelhouse, then an offline build).
+# builds the app image for docker compose (wheelhouse, then an offline build) and installs
+# Debian's docker-compose when no Compose answers.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -88,8 +89,8 @@ install_debian_packages() { # installs only what is missing
   command -v apt-get >/dev/null 2>&1 \
     || die "${missing[*]} missing and there is no apt-get. Install a Docker engine (https://docs.docker.com/engine/install/) and debootstrap yourself, or point DOCKER_HOST at a running engine."
   log "apt: installing ${missing[*]}"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
-    || { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } \
+  as_root env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq "${missing[@]}" >/dev/null \
+    || { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq "${missing[@]}" >/dev/null; } \
     || die "apt-get could not install ${missing[*]}; see the messages above"
 }
 
@@ -215,7 +216,16 @@ setup_app_debs() { # .deb files for the image build, downloaded here (the build 
   touch "$stamp"
 }
 
+setup_compose() { # docker compose runs the app image: v2 when the CLI has it, else Debian's 1.29
+  if docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; then
+    return
+  fi
+  install_debian_packages docker-compose
+  log "compose: Debian's docker-compose installed"
+}
+
 setup_app_image() {
+  setup_compose
   setup_wheelhouse
   setup_app_debs
   require_free_disk /var/lib 6 "The app image"
