@@ -67,7 +67,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
     from trainer.config import TrainerConfig
     from trainer.evaluate import evaluate_weights, held_out_seeds
     from trainer.loop import train
-    from trainer.pipeline import CpuSplit, RunConfig, TaskConfig
+    from trainer.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
     from trainer.server_process import ServerProcess
 
     root = args.out / name
@@ -105,7 +105,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
         client.stop_rollouts()
         success = evaluate_weights(
             client,
-            result_checkpoint(run.grpo.output_dir),
+            final_weights(run),
             env_id="rollgym/GuessNumber-v0",  # the same task without the wait
             env_kwargs={"low": 1, "high": 8},
             seeds=held_out_seeds(args.eval_episodes),
@@ -126,15 +126,6 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
         "lag": sum(r.version_lag_mean for r in result.records) / len(result.records),
         "load": (load_before, os.getloadavg()[0]),
     }
-
-
-def result_checkpoint(output_dir: Path) -> Path:
-    from trainer.checkpoint import latest_checkpoint
-
-    checkpoint = latest_checkpoint(output_dir)
-    if checkpoint is None:
-        raise RuntimeError(f"no checkpoint in {output_dir}")
-    return checkpoint
 
 
 def _print_table(rows: list[dict], args: argparse.Namespace) -> None:

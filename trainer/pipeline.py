@@ -173,7 +173,7 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
             warm_rate = _evaluate(client, config, warm_dir)
-            final_rate = _evaluate(client, config, _final_weights(config))
+            final_rate = _evaluate(client, config, final_weights(config))
             printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
     printer("[5/5] report")
     png = write_report_png(result, config.run_dir / "report.png", warm_rate, final_rate)
@@ -214,7 +214,8 @@ def _rollout_server(
         yield server.client_config()
 
 
-def _final_weights(config: RunConfig) -> Path:
+def final_weights(config: RunConfig) -> Path:
+    """The run's trained policy: its GRPO output's latest checkpoint."""
     from trainer.checkpoint import latest_checkpoint
 
     checkpoint = latest_checkpoint(config.grpo.output_dir)
