@@ -22,10 +22,10 @@ from typing import Any
 
 import gymnasium
 
-import envs
-from envs.scripted import fenced, solver
-from sandboxes.base import SandboxPool
-from sandboxes.config import PoolConfig
+from rollgym import envs
+from rollgym.envs.scripted import fenced, solver
+from rollgym.sandboxes.base import SandboxPool
+from rollgym.sandboxes.config import PoolConfig
 
 WRONG: dict[str, Callable[[gymnasium.Env[Any, Any]], Callable[[list[Any]], str]]] = {
     "rollgym/GuessNumber-v0": lambda env: lambda history: "0",
@@ -48,12 +48,12 @@ def pct(values: list[float], q: int) -> float:
 def open_pool(kind: str) -> Iterator[SandboxPool]:
     config = PoolConfig(size=2, health_interval_s=0)
     if kind == "fake":
-        from sandboxes.fake import FakeSandboxPool
+        from rollgym.sandboxes.fake import FakeSandboxPool
 
         with FakeSandboxPool(config) as fake:
             yield fake
     else:
-        from sandboxes.docker import DockerSandboxPool
+        from rollgym.sandboxes.docker import DockerSandboxPool
 
         with DockerSandboxPool(config) as docker_pool:
             yield docker_pool

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from bench import quiet_training_output
-from trainer.evaluate import SuccessRate
+from rollgym.trainer.evaluate import SuccessRate
 
 
 def difference_interval(a: SuccessRate, b: SuccessRate) -> tuple[float, float]:
@@ -47,8 +47,8 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=Path(".data/bench-learning"))
     args = parser.parse_args()
 
-    from trainer.config import parse_config
-    from trainer.pipeline import RunConfig, run_default
+    from rollgym.trainer.config import parse_config
+    from rollgym.trainer.pipeline import RunConfig, run_default
 
     config = parse_config(RunConfig, run_dir=args.run_dir, eval_episodes=args.episodes)
     load_before = os.getloadavg()

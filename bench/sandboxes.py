@@ -24,10 +24,10 @@ from pathlib import Path
 import uvloop
 
 import docker
-from sandboxes.base import Sandbox
-from sandboxes.config import PoolConfig
-from sandboxes.docker import DockerSandboxPool
-from sandboxes.docker.provider import LABEL_POOL, DockerProvider
+from rollgym.sandboxes.base import Sandbox
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.docker import DockerSandboxPool
+from rollgym.sandboxes.docker.provider import LABEL_POOL, DockerProvider
 
 TARGETS = {
     "python_p50_ms": 1.0,

@@ -53,18 +53,18 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import psutil  # vLLM's own dependency
 import torch
 
-from envs.spaces import ChatText, Messages
+from rollgym.envs.spaces import ChatText, Messages
 from rollgym.paths import default_model_dir
-from server.buffer import TrajectoryBuffer
-from server.chat import ChatCodec
-from server.config import BufferConfig, EngineConfig, RunnerConfig
-from server.engine.vllm_engine import VLLMEngine
-from server.metrics import ServerMetrics
-from server.rollout.environments import RegistryEnvs
-from server.rollout.episode import EpisodeRunner
-from server.rollout.runner import RolloutRunner
-from server.weights.updater import WeightUpdater
-from server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import BufferConfig, EngineConfig, RunnerConfig
+from rollgym.server.engine.vllm_engine import VLLMEngine
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.rollout.environments import RegistryEnvs
+from rollgym.server.rollout.episode import EpisodeRunner
+from rollgym.server.rollout.runner import RolloutRunner
+from rollgym.server.weights.updater import WeightUpdater
+from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
 
 Row = tuple[str, str, str, str, str]  # what, measured, baseline, ratio, target
 
@@ -351,8 +351,8 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
     import httpx
     import uvicorn
 
-    from server.app import create_app
-    from server.config import ServerSettings
+    from rollgym.server.app import create_app
+    from rollgym.server.config import ServerSettings
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = ServerSettings(

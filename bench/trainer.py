@@ -33,7 +33,7 @@ from typing import Any
 import gymnasium
 
 from bench import quiet_training_output
-from envs.guess_number import GuessNumberEnv
+from rollgym.envs.guess_number import GuessNumberEnv
 
 ENV_ID = "SlowGuessNumber-v0"
 SERVED_ID = f"bench.trainer:{ENV_ID}"
@@ -63,12 +63,12 @@ if ENV_ID not in gymnasium.registry:
 
 
 def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
-    from trainer.client import ServerClient
-    from trainer.config import TrainerConfig
-    from trainer.evaluate import evaluate_weights, held_out_seeds
-    from trainer.loop import train
-    from trainer.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
-    from trainer.server_process import ServerProcess
+    from rollgym.trainer.client import ServerClient
+    from rollgym.trainer.config import TrainerConfig
+    from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
+    from rollgym.trainer.loop import train
+    from rollgym.trainer.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
+    from rollgym.trainer.server_process import ServerProcess
 
     root = args.out / name
     shutil.rmtree(root, ignore_errors=True)
@@ -129,7 +129,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
 
 
 def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
-    from trainer.stages import STAGES
+    from rollgym.trainer.stages import STAGES
 
     base = rows[0]["updates_per_min"]
     print(
@@ -172,7 +172,7 @@ def main() -> None:
     args.out = args.out.resolve()
 
     from rollgym import paths
-    from trainer.warmstart import WarmStartConfig, warm_start
+    from rollgym.trainer.warmstart import WarmStartConfig, warm_start
 
     warm_dir = warm_start(
         WarmStartConfig(), paths.default_model_dir(), args.out / "warmstart", printer=print

@@ -46,8 +46,8 @@ The contract the rollout runner (``server/``) relies on:
 
 from __future__ import annotations
 
-from envs.core import ChatEnv, Opening, Turn
-from envs.errors import (
+from rollgym.envs.core import ChatEnv, Opening, Turn
+from rollgym.envs.errors import (
     ActionError,
     EnvError,
     EnvLoadError,
@@ -55,9 +55,9 @@ from envs.errors import (
     InfraError,
     TaskNotFound,
 )
-from envs.messages import Message, Observation
-from envs.registration import BUILTIN, BUILTIN_IDS, register_builtin
-from envs.serving import ENTRY_POINT_GROUP, load_user_envs, make
+from rollgym.envs.messages import Message, Observation
+from rollgym.envs.registration import BUILTIN, BUILTIN_IDS, register_builtin
+from rollgym.envs.serving import ENTRY_POINT_GROUP, load_user_envs, make
 
 register_builtin()
 

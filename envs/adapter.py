@@ -22,11 +22,11 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
-from envs import aio
-from envs.core import Clock
-from envs.errors import EnvError, EnvLoadError, InfraError
-from envs.messages import Observation, clean_text, user
-from envs.spaces import ChatText, Messages
+from rollgym.envs import aio
+from rollgym.envs.core import Clock
+from rollgym.envs.errors import EnvError, EnvLoadError, InfraError
+from rollgym.envs.messages import Observation, clean_text, user
+from rollgym.envs.spaces import ChatText, Messages
 
 _PASS_THROUGH = (ResetNeeded, EnvError)
 

@@ -36,11 +36,11 @@ from typing import Any, Generic, Literal, TypeVar
 
 import gymnasium
 
-from envs.errors import ActionError, EpisodeStateError, InfraError
-from envs.messages import Message, Observation, clean_text, first_bad_char, user
-from envs.programs import Meter
-from envs.spaces import ChatText, Messages
-from sandboxes.base import SandboxError
+from rollgym.envs.errors import ActionError, EpisodeStateError, InfraError
+from rollgym.envs.messages import Message, Observation, clean_text, first_bad_char, user
+from rollgym.envs.programs import Meter
+from rollgym.envs.spaces import ChatText, Messages
+from rollgym.sandboxes.base import SandboxError
 
 StepT = TypeVar("StepT")
 EpisodeT = TypeVar("EpisodeT")

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 import gymnasium
 
-from envs.errors import ActionError
-from envs.guess_number import FEEDBACK, parse_guess
-from envs.messages import Message, assistant
+from rollgym.envs.errors import ActionError
+from rollgym.envs.guess_number import FEEDBACK, parse_guess
+from rollgym.envs.messages import Message, assistant
 
 GUESS_NUMBER_ID = "rollgym/GuessNumber-v0"
 _HIGHER, _LOWER = FEEDBACK["higher"], FEEDBACK["lower"]

@@ -25,9 +25,9 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from envs.core import ChatEnv, Clock, Opening, Turn
-from envs.errors import ActionError, TaskNotFound
-from envs.messages import system, user
+from rollgym.envs.core import ChatEnv, Clock, Opening, Turn
+from rollgym.envs.errors import ActionError, TaskNotFound
+from rollgym.envs.messages import system, user
 
 Verdict = Literal["higher", "lower", "correct", "invalid"]
 FEEDBACK: dict[Verdict, str] = {"higher": "Higher.", "lower": "Lower.", "correct": "Correct!"}

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from envs.errors import ActionError
-from envs.tools import Tool, ToolCall
+from rollgym.envs.errors import ActionError
+from rollgym.envs.tools import Tool, ToolCall
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*$")
 _CLOSE = re.compile(r"^[ \t]*```[ \t]*$")

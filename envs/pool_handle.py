@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from sandboxes.base import Sandbox, SandboxPool
+from rollgym.sandboxes.base import Sandbox, SandboxPool
 
 
 class PoolHandle:

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar, cast
 
-from sandboxes.base import ExecResult, Sandbox, SandboxError
+from rollgym.sandboxes.base import ExecResult, Sandbox, SandboxError
 
 T = TypeVar("T")
 

@@ -26,14 +26,14 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from envs import pyrunner
-from envs.core import Opening, Turn
-from envs.messages import clip_text, system, user
-from envs.parsing import extract_code
-from envs.programs import Program, RunShell, write_file
-from envs.sandboxed import SandboxEnv, SandboxOptions
-from envs.tasksets import PythonTask, choose, task_set
-from sandboxes.base import TMP_DIR, SandboxPool
+from rollgym.envs import pyrunner
+from rollgym.envs.core import Opening, Turn
+from rollgym.envs.messages import clip_text, system, user
+from rollgym.envs.parsing import extract_code
+from rollgym.envs.programs import Program, RunShell, write_file
+from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
+from rollgym.envs.tasksets import PythonTask, choose, task_set
+from rollgym.sandboxes.base import TMP_DIR, SandboxPool
 
 SYSTEM_PROMPT = (
     "Write the Python function described by the user. Reply with one ```python code block "

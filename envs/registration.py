@@ -20,10 +20,10 @@ class Registration:
 
 
 BUILTIN: tuple[Registration, ...] = (
-    Registration("rollgym/GuessNumber-v0", "envs.guess_number:GuessNumberEnv", 6),
-    Registration("rollgym/PythonTests-v0", "envs.python_tests:PythonTestsEnv", 4),
-    Registration("rollgym/Shell-v0", "envs.shell:ShellEnv", 10),
-    Registration("rollgym/ToolUse-v0", "envs.tool_use:ToolUseEnv", 8),
+    Registration("rollgym/GuessNumber-v0", "rollgym.envs.guess_number:GuessNumberEnv", 6),
+    Registration("rollgym/PythonTests-v0", "rollgym.envs.python_tests:PythonTestsEnv", 4),
+    Registration("rollgym/Shell-v0", "rollgym.envs.shell:ShellEnv", 10),
+    Registration("rollgym/ToolUse-v0", "rollgym.envs.tool_use:ToolUseEnv", 8),
 )
 
 BUILTIN_IDS: tuple[str, ...] = tuple(entry.env_id for entry in BUILTIN)

@@ -27,11 +27,11 @@ from typing import Any, TypedDict
 
 from gymnasium.envs.registration import EnvSpec
 
-from envs.core import ChatEnv, Clock, EpisodeT, Opening, StepT, Turn
-from envs.messages import clean_text, clip_text
-from envs.pool_handle import PoolHandle
-from envs.programs import Program, RunPython, RunShell, arun, run
-from sandboxes.base import (
+from rollgym.envs.core import ChatEnv, Clock, EpisodeT, Opening, StepT, Turn
+from rollgym.envs.messages import clean_text, clip_text
+from rollgym.envs.pool_handle import PoolHandle
+from rollgym.envs.programs import Program, RunPython, RunShell, arun, run
+from rollgym.sandboxes.base import (
     ExecResult,
     Sandbox,
     SandboxOOM,
@@ -201,8 +201,8 @@ class SandboxEnv(ChatEnv[StepT, EpisodeT]):
 
 def default_pool() -> SandboxPool:
     """A small Docker pool for an env made without ``sandbox_pool`` (one warm box)."""
-    from sandboxes.config import PoolConfig
-    from sandboxes.docker import DockerSandboxPool  # Docker only when it is needed
+    from rollgym.sandboxes.config import PoolConfig
+    from rollgym.sandboxes.docker import DockerSandboxPool  # Docker only when it is needed
 
     pool = DockerSandboxPool(PoolConfig(size=1))
     pool.start()

@@ -18,12 +18,12 @@ from typing import Any
 
 import gymnasium
 
-from envs.guess_demos import GuessPolicy
-from envs.guess_number import GuessNumberEnv
-from envs.messages import Message
-from envs.python_tests import PythonTestsEnv
-from envs.shell import ShellEnv
-from envs.tool_use import ToolUseEnv
+from rollgym.envs.guess_demos import GuessPolicy
+from rollgym.envs.guess_number import GuessNumberEnv
+from rollgym.envs.messages import Message
+from rollgym.envs.python_tests import PythonTestsEnv
+from rollgym.envs.shell import ShellEnv
+from rollgym.envs.tool_use import ToolUseEnv
 
 Policy = Callable[[Sequence[Message]], str]
 

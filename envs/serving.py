@@ -26,9 +26,9 @@ from typing import Any
 
 import gymnasium
 
-from envs.adapter import ChatAdapter
-from envs.core import ChatEnv
-from envs.errors import EnvLoadError
+from rollgym.envs.adapter import ChatAdapter
+from rollgym.envs.core import ChatEnv
+from rollgym.envs.errors import EnvLoadError
 
 ENTRY_POINT_GROUP = "rollgym.envs"
 

@@ -22,14 +22,14 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from envs.core import Opening, Turn
-from envs.errors import InfraError
-from envs.messages import clip_text, system, user
-from envs.parsing import extract_code
-from envs.programs import Program, RunShell, shell
-from envs.sandboxed import SandboxEnv, SandboxOptions, describe_result
-from envs.tasksets import ShellTask, choose, task_set
-from sandboxes.base import SandboxPool
+from rollgym.envs.core import Opening, Turn
+from rollgym.envs.errors import InfraError
+from rollgym.envs.messages import clip_text, system, user
+from rollgym.envs.parsing import extract_code
+from rollgym.envs.programs import Program, RunShell, shell
+from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions, describe_result
+from rollgym.envs.tasksets import ShellTask, choose, task_set
+from rollgym.sandboxes.base import SandboxPool
 
 SYSTEM_PROMPT = (
     "You are in a Linux shell, in your working directory. Reach the goal the user describes. "

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envs.messages import ROLES, Message, Observation
+from rollgym.envs.messages import ROLES, Message, Observation
 
 # Representative characters of real model output, all encodable as UTF-8.
 _PALETTE = (

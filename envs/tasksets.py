@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from envs.errors import EnvLoadError, TaskNotFound
+from rollgym.envs.errors import EnvLoadError, TaskNotFound
 
 _ID = r"^[a-z0-9][a-z0-9_-]*$"
 

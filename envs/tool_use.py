@@ -25,15 +25,15 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from envs.core import Opening, Turn
-from envs.errors import ActionError
-from envs.messages import Message, clean_text, clip_text, system, tool, user
-from envs.parsing import has_tool_call, parse_tool_calls
-from envs.programs import Program, RunPython, RunShell, read_file, write_file
-from envs.sandboxed import SandboxEnv, SandboxOptions
-from envs.tasksets import ToolTask, choose, task_set
-from envs.tools import Tool, ToolCall
-from sandboxes.base import SandboxFileError, SandboxPool
+from rollgym.envs.core import Opening, Turn
+from rollgym.envs.errors import ActionError
+from rollgym.envs.messages import Message, clean_text, clip_text, system, tool, user
+from rollgym.envs.parsing import has_tool_call, parse_tool_calls
+from rollgym.envs.programs import Program, RunPython, RunShell, read_file, write_file
+from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
+from rollgym.envs.tasksets import ToolTask, choose, task_set
+from rollgym.envs.tools import Tool, ToolCall
+from rollgym.sandboxes.base import SandboxFileError, SandboxPool
 
 SYSTEM_PROMPT = (
     "Answer the user's question. You may call the tools; they run in a sandbox where the "

@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from envs.errors import ActionError
+from rollgym.envs.errors import ActionError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,8 +44,8 @@ def _run(args: argparse.Namespace) -> int:
     import datasets
     from transformers.utils import logging as hf_logging
 
-    from trainer.config import parse_config
-    from trainer.pipeline import RunConfig, run_default
+    from rollgym.trainer.config import parse_config
+    from rollgym.trainer.pipeline import RunConfig, run_default
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
@@ -77,9 +77,9 @@ def _train(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from trainer.client import ServerClient
-    from trainer.config import ClientConfig, TrainerConfig, parse_config
-    from trainer.loop import train
+    from rollgym.trainer.client import ServerClient
+    from rollgym.trainer.config import ClientConfig, TrainerConfig, parse_config
+    from rollgym.trainer.loop import train
 
     values = json.loads(Path(args.config).read_text()) if args.config else {}
     values["output_dir"] = args.output_dir
@@ -128,7 +128,7 @@ def _add_training_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from server.serve import serve
+    from rollgym.server.serve import serve
 
     return serve(args)
 
@@ -149,7 +149,7 @@ def _build_parser() -> argparse.ArgumentParser:
         handler=_model_path
     )
 
-    from server.serve import add_arguments
+    from rollgym.server.serve import add_arguments
 
     serve = commands.add_parser("serve", help="run the rollout server (vLLM, buffer, runner)")
     add_arguments(serve)

@@ -4,9 +4,9 @@ Environments see only ``sandboxes.base.Sandbox`` (run shell/Python, files, reset
 owns the boxes' lives. See ``sandboxes/base.py`` for the interface and the error tree,
 ``sandboxes/config.py`` for the settings, ``sandboxes/metrics.py`` for the metric names.
 
-    from sandboxes.base import WORK_DIR, SandboxDied, SandboxTimeout
-    from sandboxes.config import PoolConfig, SandboxConfig
-    from sandboxes.docker import DockerSandboxPool  # unit tests: sandboxes.fake.FakeSandboxPool
+    from rollgym.sandboxes.base import WORK_DIR, SandboxDied, SandboxTimeout
+    from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+    from rollgym.sandboxes.docker import DockerSandboxPool  # unit tests: sandboxes.fake.FakeSandboxPool
 
     config = PoolConfig(size=8, box=SandboxConfig(memory_mb=256, command_timeout_s=10))
     with DockerSandboxPool(config) as pool:                  # starts 8 boxes in parallel

@@ -34,7 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
-import sandboxes
+from rollgym.sandboxes import agent
 
 from .base import TMP_DIR, WORK_DIR, SandboxDied, SandboxError, SandboxFileError
 from .box import ExecutorSandbox
@@ -81,11 +81,11 @@ class FakeSandbox(ExecutorSandbox):
             "LANG": "C.UTF-8",
             "HOME": str(self.work_dir),
             "TMPDIR": str(self.tmp_dir),
-            "PYTHONPATH": str(Path(sandboxes.__file__).parent.parent),
+            "PYTHONPATH": str(Path(agent.__file__).parent.parent),
             **config.environment,
         }
         command = [
-            sys.executable, "-B", "-m", "sandboxes.agent.executor",
+            sys.executable, "-B", "-m", "agent.executor",
             "--socket", socket_path,
             "--work-dir", str(self.work_dir),
             "--wipe", str(self.work_dir),

@@ -22,27 +22,27 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sandboxes.base import SandboxPool
-from sandboxes.metrics import MetricsSink
-from server.buffer import TrajectoryBuffer
-from server.chat import ChatCodec
-from server.config import EngineConfig, SandboxSettings, ServerSettings
-from server.dashboard import router as dashboard
-from server.dashboard.recorder import DashboardRecorder, Reading
-from server.dashboard.sampler import read_server, sample
-from server.dashboard.taps import ObservedBuffer
-from server.engine.base import ServingEngine
-from server.engine.observed import ObservedEngine
-from server.errors import ServerError
-from server.metrics import ServerMetrics
-from server.rollout.environments import RegistryEnvs
-from server.rollout.episode import EpisodeRunner
-from server.rollout.runner import RolloutRunner
-from server.routes import admin, agents, openai
-from server.routes.deps import Services
-from server.sessions import SessionManager
-from server.weights.updater import WeightUpdater
-from server.wire import ErrorBody
+from rollgym.sandboxes.base import SandboxPool
+from rollgym.sandboxes.metrics import MetricsSink
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
+from rollgym.server.dashboard import router as dashboard
+from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
+from rollgym.server.dashboard.sampler import read_server, sample
+from rollgym.server.dashboard.taps import ObservedBuffer
+from rollgym.server.engine.base import ServingEngine
+from rollgym.server.engine.observed import ObservedEngine
+from rollgym.server.errors import ServerError
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.rollout.environments import RegistryEnvs
+from rollgym.server.rollout.episode import EpisodeRunner
+from rollgym.server.rollout.runner import RolloutRunner
+from rollgym.server.routes import admin, agents, openai
+from rollgym.server.routes.deps import Services
+from rollgym.server.sessions import SessionManager
+from rollgym.server.weights.updater import WeightUpdater
+from rollgym.server.wire import ErrorBody
 
 EngineFactory = Callable[[EngineConfig], ServingEngine]
 PoolFactory = Callable[[SandboxSettings, MetricsSink], SandboxPool]
@@ -131,14 +131,14 @@ def _reading(
 
 
 def _vllm_engine(config: EngineConfig) -> ServingEngine:
-    from server.engine.vllm_engine import VLLMEngine
+    from rollgym.server.engine.vllm_engine import VLLMEngine
 
     return VLLMEngine(config)
 
 
 def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
-    from sandboxes.config import PoolConfig, SandboxConfig, default_runtime_dir
-    from sandboxes.docker import DockerSandboxPool
+    from rollgym.sandboxes.config import PoolConfig, SandboxConfig, default_runtime_dir
+    from rollgym.sandboxes.docker import DockerSandboxPool
 
     box = SandboxConfig(image=config.image) if config.image else SandboxConfig()
     pool_config = PoolConfig(

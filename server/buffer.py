@@ -30,9 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from server.config import BufferConfig
-from server.errors import ServerError
-from server.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
+from rollgym.server.config import BufferConfig
+from rollgym.server.errors import ServerError
+from rollgym.server.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
 
 T = TypeVar("T")
 Clock = Callable[[], float]

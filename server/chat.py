@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server.errors import ServerError
+from rollgym.server.errors import ServerError
 
 Message = dict[str, Any]
 _ANCHOR: tuple[Message, ...] = (

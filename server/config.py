@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym import paths
-from server.wire import SamplingSettings
+from rollgym.server.wire import SamplingSettings
 
 InFlightPolicy = Literal["finish", "abort"]
 
@@ -124,7 +124,7 @@ class SandboxSettings(_Config):
     @classmethod
     def _usable_runtime_dir(cls, path: str | None) -> str | None:
         if path is not None:
-            from sandboxes.config import PoolConfig
+            from rollgym.sandboxes.config import PoolConfig
 
             PoolConfig(runtime_dir=path)  # absolute and short enough for unix sockets
         return path

@@ -34,8 +34,8 @@ from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from sandboxes import metrics as sbx
-from server.policy import Generation
+from rollgym.sandboxes import metrics as sbx
+from rollgym.server.policy import Generation
 
 # Sub-millisecond buckets too: an in-process env step takes tens of microseconds.
 _FAST = (

@@ -52,8 +52,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from server.app import create_app
-    from server.config import ServerSettings
+    from rollgym.server.app import create_app
+    from rollgym.server.config import ServerSettings
 
     # vLLM on CPU: keep the worker inside the engine process (one process fewer per call).
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

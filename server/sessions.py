@@ -27,16 +27,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs import aio
-from server.buffer import TrajectoryBuffer
-from server.chat import ChatCodec, Message
-from server.config import SessionConfig
-from server.errors import Conflict, NotFound, ServerError, TranscriptMismatch
-from server.metrics import ServerMetrics
-from server.policy import Generation, PolicyEngine
-from server.rollout.environments import EnvFactory
-from server.transcript import Transcript
-from server.wire import (
+from rollgym.envs import aio
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec, Message
+from rollgym.server.config import SessionConfig
+from rollgym.server.errors import Conflict, NotFound, ServerError, TranscriptMismatch
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.policy import Generation, PolicyEngine
+from rollgym.server.rollout.environments import EnvFactory
+from rollgym.server.transcript import Transcript
+from rollgym.server.wire import (
     SamplingSettings,
     SessionClosed,
     SessionCreate,

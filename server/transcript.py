@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from server.errors import TokenPrefixError
+from rollgym.server.errors import TokenPrefixError
 
 
 def check_extends(previous: Sequence[int], current: Sequence[int]) -> None:

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from server.wire import Trajectory, TrajectoryGroup
+from rollgym.server.wire import Trajectory, TrajectoryGroup
 
 
 @dataclasses.dataclass(frozen=True)

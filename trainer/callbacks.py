@@ -17,13 +17,13 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from trainer.checkpoint import write_state
-from trainer.client import ServerClient
-from trainer.config import TrainerConfig
-from trainer.feed import GroupFeed
-from trainer.ledger import DataLedger
-from trainer.progress import RunProgress, StepLog
-from trainer.weights import WeightPusher
+from rollgym.trainer.checkpoint import write_state
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.feed import GroupFeed
+from rollgym.trainer.ledger import DataLedger
+from rollgym.trainer.progress import RunProgress, StepLog
+from rollgym.trainer.weights import WeightPusher
 
 
 class StepCallback(TrainerCallback):

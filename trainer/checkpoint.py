@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainer.errors import CheckpointError
+from rollgym.trainer.errors import CheckpointError
 
 STATE_FILE = "rollgym-state.json"
 TRAINER_STATE_FILE = "trainer_state.json"  # written by transformers.Trainer

@@ -23,8 +23,8 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from server.dashboard.schema import TrainerAccepted, TrainerReport
-from server.wire import (
+from rollgym.server.dashboard.schema import TrainerAccepted, TrainerReport
+from rollgym.server.wire import (
     AckRequest,
     ErrorBody,
     PolicyInfo,
@@ -34,8 +34,8 @@ from server.wire import (
     RolloutStatus,
     WeightUpdateResult,
 )
-from trainer.config import ClientConfig
-from trainer.errors import (
+from rollgym.trainer.config import ClientConfig
+from rollgym.trainer.errors import (
     AuthError,
     ProtocolError,
     ServerError,

@@ -22,7 +22,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from trainer.errors import TrainerConfigError
+from rollgym.trainer.errors import TrainerConfigError
 
 C = TypeVar("C", bound=BaseModel)
 ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]

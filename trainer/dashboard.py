@@ -14,10 +14,10 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from server.dashboard.schema import TrainerReport
-from trainer.client import ServerClient
-from trainer.errors import ServerError
-from trainer.progress import RunProgress
+from rollgym.server.dashboard.schema import TrainerReport
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.errors import ServerError
+from rollgym.trainer.progress import RunProgress
 
 
 class DashboardCallback(TrainerCallback):

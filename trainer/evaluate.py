@@ -17,11 +17,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
-from trainer.client import ServerClient
-from trainer.errors import StarvedError
-from trainer.progress import succeeded
-from trainer.weights import WeightPusher
+from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.errors import StarvedError
+from rollgym.trainer.progress import succeeded
+from rollgym.trainer.weights import WeightPusher
 
 
 @dataclasses.dataclass(frozen=True)

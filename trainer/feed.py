@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from server.wire import PullRequest, TrajectoryGroup
-from trainer.batch import build_batch
-from trainer.client import ServerClient
-from trainer.config import TrainerConfig
-from trainer.errors import StarvedError
-from trainer.ledger import DataLedger
-from trainer.progress import RunProgress
-from trainer.window import Selection, select_groups
+from rollgym.server.wire import PullRequest, TrajectoryGroup
+from rollgym.trainer.batch import build_batch
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.errors import StarvedError
+from rollgym.trainer.ledger import DataLedger
+from rollgym.trainer.progress import RunProgress
+from rollgym.trainer.window import Selection, select_groups
 
 
 class GroupFeed:

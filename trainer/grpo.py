@@ -19,7 +19,7 @@ from typing import Any
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer.config import TrainerConfig
+from rollgym.trainer.config import TrainerConfig
 
 PLACEHOLDER_PROMPT = "(tasks are chosen by the rollout server)"
 

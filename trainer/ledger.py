@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trainer.checkpoint import CheckpointState, DropCounts
+from rollgym.trainer.checkpoint import CheckpointState, DropCounts
 
 
 class DataLedger:

@@ -22,17 +22,17 @@ from pathlib import Path
 
 from transformers import PrinterCallback
 
-from trainer.callbacks import CheckpointLedgerCallback, StepCallback
-from trainer.checkpoint import DropCounts, latest_checkpoint, read_state
-from trainer.client import ServerClient
-from trainer.config import TrainerConfig
-from trainer.dashboard import DashboardCallback
-from trainer.feed import GroupFeed
-from trainer.grpo import ServerGRPOTrainer, grpo_args, placeholder_prompts
-from trainer.ledger import DataLedger
-from trainer.progress import RunProgress, StepLog, StepRecord
-from trainer.rewards import trajectory_return
-from trainer.weights import WeightPusher
+from rollgym.trainer.callbacks import CheckpointLedgerCallback, StepCallback
+from rollgym.trainer.checkpoint import DropCounts, latest_checkpoint, read_state
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.dashboard import DashboardCallback
+from rollgym.trainer.feed import GroupFeed
+from rollgym.trainer.grpo import ServerGRPOTrainer, grpo_args, placeholder_prompts
+from rollgym.trainer.ledger import DataLedger
+from rollgym.trainer.progress import RunProgress, StepLog, StepRecord
+from rollgym.trainer.rewards import trajectory_return
+from rollgym.trainer.weights import WeightPusher
 
 
 @dataclasses.dataclass(frozen=True)

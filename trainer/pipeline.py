@@ -30,15 +30,15 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym import paths
-from server.wire import RolloutJob, SamplingSettings
-from trainer.client import ServerClient
-from trainer.config import ClientConfig, TrainerConfig
-from trainer.errors import TrainerConfigError
-from trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
-from trainer.loop import TrainResult, train
-from trainer.plot import write_report_png
-from trainer.server_process import ServerProcess
-from trainer.warmstart import WarmStartConfig, warm_start
+from rollgym.server.wire import RolloutJob, SamplingSettings
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import ClientConfig, TrainerConfig
+from rollgym.trainer.errors import TrainerConfigError
+from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
+from rollgym.trainer.loop import TrainResult, train
+from rollgym.trainer.plot import write_report_png
+from rollgym.trainer.server_process import ServerProcess
+from rollgym.trainer.warmstart import WarmStartConfig, warm_start
 
 
 class TaskConfig(BaseModel):
@@ -216,7 +216,7 @@ def _rollout_server(
 
 def final_weights(config: RunConfig) -> Path:
     """The run's trained policy: its GRPO output's latest checkpoint."""
-    from trainer.checkpoint import latest_checkpoint
+    from rollgym.trainer.checkpoint import latest_checkpoint
 
     checkpoint = latest_checkpoint(config.grpo.output_dir)
     if checkpoint is None:

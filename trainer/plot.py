@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainer.evaluate import SuccessRate
-from trainer.loop import TrainResult
-from trainer.stages import STAGES
+from rollgym.trainer.evaluate import SuccessRate
+from rollgym.trainer.loop import TrainResult
+from rollgym.trainer.stages import STAGES
 
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:

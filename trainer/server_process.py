@@ -26,9 +26,9 @@ from types import TracebackType
 
 from pydantic import SecretStr
 
-from trainer.client import ServerClient
-from trainer.config import ClientConfig
-from trainer.errors import ServerUnavailable
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import ClientConfig
+from rollgym.trainer.errors import ServerUnavailable
 
 # vLLM on CPU: a fixed KV-cache budget and the engine core in-process (see notes/vllm-cpu.md)
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Literal
 
-from server.wire import Trajectory
+from rollgym.server.wire import Trajectory
 
 Stage = Literal["sampling", "environment", "buffer", "training"]
 STAGES: tuple[Stage, ...] = ("sampling", "environment", "buffer", "training")

@@ -84,7 +84,7 @@ def tokenize_conversation(
 
 def sft_examples(config: WarmStartConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
     """One pre-tokenized example per demonstration episode, shuffled."""
-    from envs.guess_demos import demonstrations
+    from rollgym.envs.guess_demos import demonstrations
 
     task = {"low": config.low, "high": config.high, "max_turns": config.max_turns}
     conversations = demonstrations(config.oracle_episodes, seed=config.seed, **task)

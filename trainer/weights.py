@@ -16,9 +16,9 @@ import time
 import torch
 from safetensors.torch import save as safetensors_bytes
 
-from server.wire import WeightUpdateResult
-from trainer.client import ServerClient
-from trainer.errors import ProtocolError
+from rollgym.server.wire import WeightUpdateResult
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.errors import ProtocolError
 
 
 def weights_bytes(model: torch.nn.Module) -> bytes:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container, Sequence
 
-from server.wire import TrajectoryGroup
+from rollgym.server.wire import TrajectoryGroup
 
 
 def staleness(trainer_version: int, min_version: int) -> int:

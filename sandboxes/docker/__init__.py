@@ -1,6 +1,6 @@
 """The Docker implementation: ``DockerSandboxPool``, a warm pool of hardened containers.
 
-from sandboxes.docker import DockerSandboxPool
+from rollgym.sandboxes.docker import DockerSandboxPool
 with DockerSandboxPool(PoolConfig(size=8)) as pool:
     with pool.sandbox() as box:
         box.run_shell("echo hi")

@@ -27,10 +27,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from server.config import DashboardConfig
-from server.dashboard.intervals import IntervalSet
-from server.dashboard.quantiles import Buckets, difference, quantile, total
-from server.dashboard.schema import (
+from rollgym.server.config import DashboardConfig
+from rollgym.server.dashboard.intervals import IntervalSet
+from rollgym.server.dashboard.quantiles import Buckets, difference, quantile, total
+from rollgym.server.dashboard.schema import (
     STAGE_NAMES,
     Percentiles,
     RewardPoint,
@@ -39,8 +39,8 @@ from server.dashboard.schema import (
     StageTotals,
     TrainerReport,
 )
-from server.policy import Generation
-from server.wire import Trajectory, TrajectoryGroup
+from rollgym.server.policy import Generation
+from rollgym.server.wire import Trajectory, TrajectoryGroup
 
 MODEL, ENVIRONMENT = "model", "environment"
 

@@ -20,9 +20,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from server.dashboard.schema import DashboardData, TrainerAccepted, TrainerReport
-from server.errors import NotFound
-from server.routes.deps import ServicesDep, require_admin
+from rollgym.server.dashboard.schema import DashboardData, TrainerAccepted, TrainerReport
+from rollgym.server.errors import NotFound
+from rollgym.server.routes.deps import ServicesDep, require_admin
 
 router = APIRouter()
 admin_router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
@@ -32,7 +32,7 @@ _ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 
 @functools.cache
 def _asset(name: str) -> bytes:
-    return resources.files("server.dashboard").joinpath(name).read_bytes()
+    return resources.files("rollgym.server.dashboard").joinpath(name).read_bytes()
 
 
 @router.get("/dashboard", include_in_schema=False)

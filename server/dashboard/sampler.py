@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from server.buffer import BufferDepth
-from server.dashboard.quantiles import read_buckets
-from server.dashboard.recorder import ENVIRONMENT, MODEL, DashboardRecorder, Reading
+from rollgym.server.buffer import BufferDepth
+from rollgym.server.dashboard.quantiles import read_buckets
+from rollgym.server.dashboard.recorder import ENVIRONMENT, MODEL, DashboardRecorder, Reading
 
 logger = logging.getLogger(__name__)
 

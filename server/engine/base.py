@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from server.policy import PolicyEngine
-from server.weights.base import WeightTarget
+from rollgym.server.policy import PolicyEngine
+from rollgym.server.weights.base import WeightTarget
 
 
 @runtime_checkable

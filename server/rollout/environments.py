@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import gymnasium
 from gymnasium.envs.registration import load_env_creator
 
-from sandboxes.base import SandboxPool
-from server.errors import BadRequest, NotEnabled, NotFound
+from rollgym.sandboxes.base import SandboxPool
+from rollgym.server.errors import BadRequest, NotEnabled, NotFound
 
 PoolSource = Callable[[], SandboxPool | None]
 
@@ -45,7 +45,7 @@ class RegistryEnvs:
     def make(
         self, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None
     ) -> gymnasium.Env[Any, Any]:
-        import envs
+        from rollgym import envs
 
         kwargs = dict(env_kwargs)
         if max_turns is not None:
@@ -69,7 +69,7 @@ class RegistryEnvs:
 @functools.cache
 def takes_pool(env_id: str) -> bool:
     """Whether ``env_id``'s entry point takes a ``sandbox_pool``; ``NotFound`` if unknown."""
-    import envs
+    from rollgym import envs
 
     envs.load_user_envs()
     module, _, _ = env_id.rpartition(":")

@@ -20,13 +20,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from envs import aio
-from server.chat import ChatCodec
-from server.errors import EngineFailure
-from server.policy import Generation, PolicyEngine
-from server.rollout.environments import EnvFactory
-from server.transcript import Transcript
-from server.wire import SamplingSettings, Trajectory, TurnRecord
+from rollgym.envs import aio
+from rollgym.server.chat import ChatCodec
+from rollgym.server.errors import EngineFailure
+from rollgym.server.policy import Generation, PolicyEngine
+from rollgym.server.rollout.environments import EnvFactory
+from rollgym.server.transcript import Transcript
+from rollgym.server.wire import SamplingSettings, Trajectory, TurnRecord
 
 Clock = Callable[[], float]
 

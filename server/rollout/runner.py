@@ -21,15 +21,15 @@ import random
 import statistics
 import uuid
 
-from server.buffer import TrajectoryBuffer
-from server.config import RunnerConfig
-from server.metrics import ServerMetrics
-from server.rollout.admission import AdmissionGate
-from server.rollout.environments import EnvFactory
-from server.rollout.episode import EpisodeRunner, EpisodeSpec
-from server.rollout.filtering import GroupFilter, Verdict
-from server.rollout.ordering import SeedSchedule
-from server.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.config import RunnerConfig
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.rollout.admission import AdmissionGate
+from rollgym.server.rollout.environments import EnvFactory
+from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
+from rollgym.server.rollout.filtering import GroupFilter, Verdict
+from rollgym.server.rollout.ordering import SeedSchedule
+from rollgym.server.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
 _IDLE_POLL_S = 0.25  # re-check the window this often while it is full (pulls free room)

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request
 
-from server.errors import BadRequest
-from server.routes.deps import ServicesDep, require_admin
-from server.weights.base import NcclWeights
-from server.wire import (
+from rollgym.server.errors import BadRequest
+from rollgym.server.routes.deps import ServicesDep, require_admin
+from rollgym.server.weights.base import NcclWeights
+from rollgym.server.wire import (
     AckRequest,
     AckResponse,
     NcclInit,

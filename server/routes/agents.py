@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from server.metrics import CONTENT_TYPE
-from server.routes.deps import ServicesDep
-from server.wire import (
+from rollgym.server.metrics import CONTENT_TYPE
+from rollgym.server.routes.deps import ServicesDep
+from rollgym.server.wire import (
     Health,
     PolicyInfo,
     SessionClosed,

@@ -8,18 +8,18 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from sandboxes.base import SandboxPool
-from server.buffer import TrajectoryBuffer
-from server.chat import ChatCodec
-from server.config import ServerSettings
-from server.dashboard.recorder import DashboardRecorder
-from server.engine.base import ServingEngine
-from server.errors import Forbidden, Unauthorized
-from server.metrics import ServerMetrics
-from server.policy import PolicyEngine
-from server.rollout.runner import RolloutRunner
-from server.sessions import SessionManager
-from server.weights.updater import WeightUpdater
+from rollgym.sandboxes.base import SandboxPool
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import ServerSettings
+from rollgym.server.dashboard.recorder import DashboardRecorder
+from rollgym.server.engine.base import ServingEngine
+from rollgym.server.errors import Forbidden, Unauthorized
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.policy import PolicyEngine
+from rollgym.server.rollout.runner import RolloutRunner
+from rollgym.server.sessions import SessionManager
+from rollgym.server.weights.updater import WeightUpdater
 
 
 @dataclasses.dataclass

@@ -12,11 +12,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from server.chat import ChatCodec
-from server.errors import BadRequest
-from server.policy import Generation
-from server.routes.deps import Services, ServicesDep
-from server.routes.openai_schema import (
+from rollgym.server.chat import ChatCodec
+from rollgym.server.errors import BadRequest
+from rollgym.server.policy import Generation
+from rollgym.server.routes.deps import Services, ServicesDep
+from rollgym.server.routes.openai_schema import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,
@@ -31,7 +31,7 @@ from server.routes.openai_schema import (
     TokenLogprob,
     usage,
 )
-from server.wire import SamplingSettings
+from rollgym.server.wire import SamplingSettings
 
 router = APIRouter(prefix="/v1")
 VERSION_HEADER = "X-Policy-Version"

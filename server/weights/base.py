@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from server.config import InFlightPolicy
+from rollgym.server.config import InFlightPolicy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ class NcclWeights:
 
     @property
     def nbytes(self) -> int:
-        from server.weights.safetensors_check import ITEM_SIZE, TORCH_DTYPE
+        from rollgym.server.weights.safetensors_check import ITEM_SIZE, TORCH_DTYPE
 
         sizes = [ITEM_SIZE.get(TORCH_DTYPE.get(d, ""), 0) for d in self.dtype_names]
         return sum(size * math.prod(shape) for size, shape in zip(sizes, self.shapes, strict=True))

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from server.errors import BadWeights, TruncatedWeights
-from server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
+from rollgym.server.errors import BadWeights, TruncatedWeights
+from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
 
 ITEM_SIZE = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,

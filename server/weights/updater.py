@@ -25,11 +25,17 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from server.errors import NotFound, ServerError, UpdateInProgress, VersionMismatch, WeightsTooLarge
-from server.metrics import ServerMetrics
-from server.weights.base import NcclWeights, StagedWeights, WeightTarget
-from server.weights.safetensors_check import check_announced, checkpoint_files, stage
-from server.wire import WeightUpdateResult
+from rollgym.server.errors import (
+    NotFound,
+    ServerError,
+    UpdateInProgress,
+    VersionMismatch,
+    WeightsTooLarge,
+)
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.weights.base import NcclWeights, StagedWeights, WeightTarget
+from rollgym.server.weights.safetensors_check import check_announced, checkpoint_files, stage
+from rollgym.server.wire import WeightUpdateResult
 
 _WRITE_CHUNK = 4 << 20  # buffer the body into writes of this size, each off the loop
 

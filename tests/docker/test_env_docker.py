@@ -11,12 +11,12 @@ import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from envs.aio import areset, astep
-from envs.scripted import fenced, solver, tool_call
-from envs.tasksets import PythonTask, ShellTask, ToolTask, shipped_tasks
-from sandboxes.config import PoolConfig
-from sandboxes.docker import DockerSandboxPool
-from sandboxes.docker.provider import LABEL_POOL
+from rollgym.envs.aio import areset, astep
+from rollgym.envs.scripted import fenced, solver, tool_call
+from rollgym.envs.tasksets import PythonTask, ShellTask, ToolTask, shipped_tasks
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.docker import DockerSandboxPool
+from rollgym.sandboxes.docker.provider import LABEL_POOL
 
 ROLLGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("rollgym/"))
 SANDBOXED = ["rollgym/PythonTests-v0", "rollgym/Shell-v0", "rollgym/ToolUse-v0"]

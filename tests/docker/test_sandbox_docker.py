@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.base import (
+from rollgym.sandboxes.base import (
     SandboxDied,
     SandboxOOM,
     SandboxState,
     SandboxTimeout,
 )
-from sandboxes.config import PoolConfig, SandboxConfig
-from sandboxes.docker import DockerSandboxPool
-from sandboxes.docker.provider import LABEL_POOL
+from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+from rollgym.sandboxes.docker import DockerSandboxPool
+from rollgym.sandboxes.docker.provider import LABEL_POOL
 
 QUIET = {"health_interval_s": 0}
 
@@ -233,8 +233,8 @@ def test_no_containers_or_folders_left_after_close(docker_client) -> None:
 
 OWNER_SCRIPT = """
 import sys, time
-from sandboxes.config import PoolConfig
-from sandboxes.docker import DockerSandboxPool
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.docker import DockerSandboxPool
 pool = DockerSandboxPool(PoolConfig(size=2, health_interval_s=0))
 pool.start()
 print(pool.pool_id, flush=True)

@@ -22,10 +22,10 @@ import httpx
 import pytest
 from PIL import Image
 
-from server.dashboard.schema import TrainerReport
-from server.wire import PullRequest, RolloutJob, SamplingSettings
-from trainer.client import ServerClient
-from trainer.server_process import ServerProcess
+from rollgym.server.dashboard.schema import TrainerReport
+from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.server_process import ServerProcess
 
 STEPS = 3
 STAGES = ("sampling", "environment", "buffer", "training")

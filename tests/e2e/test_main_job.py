@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.checkpoint import STATE_FILE
+from rollgym.trainer.checkpoint import STATE_FILE
 
 STEPS = 4
 

@@ -14,14 +14,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
-from trainer.checkpoint import latest_checkpoint
-from trainer.client import ServerClient
-from trainer.config import TrainerConfig
-from trainer.errors import ServerUnavailable
-from trainer.loop import train
-from trainer.server_process import ServerProcess
-from trainer.weights import WeightPusher
+from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.trainer.checkpoint import latest_checkpoint
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.errors import ServerUnavailable
+from rollgym.trainer.loop import train
+from rollgym.trainer.server_process import ServerProcess
+from rollgym.trainer.weights import WeightPusher
 
 GROUP_SIZE, GROUPS = 4, 2
 

@@ -19,8 +19,8 @@ EXAMPLE = ROOT / "examples" / "rollgym-example-env"
 
 DRIVER = r"""
 import asyncio, json
-import envs
-from envs.aio import areset, astep
+from rollgym import envs
+from rollgym.envs.aio import areset, astep
 
 async def episode(env_id, seed, right):
     env = envs.make(env_id)

@@ -12,10 +12,10 @@ from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import PassiveEnvChecker, TransformReward
 
-from envs.aio import areset, astep
-from envs.scripted import fenced, solver
-from sandboxes.config import PoolConfig
-from sandboxes.fake import FakeSandboxPool
+from rollgym.envs.aio import areset, astep
+from rollgym.envs.scripted import fenced, solver
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.fake import FakeSandboxPool
 
 
 def fixed_clock() -> float:

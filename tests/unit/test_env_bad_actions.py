@@ -9,9 +9,9 @@ import math
 import gymnasium
 import pytest
 
-from envs.scripted import fenced, solver, tool_call
-from sandboxes.config import PoolConfig
-from sandboxes.fake import FakeSandboxPool
+from rollgym.envs.scripted import fenced, solver, tool_call
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.fake import FakeSandboxPool
 
 GARBAGE = bytes(range(256)).decode("latin-1") * 3
 BAD_ACTIONS = {

@@ -9,8 +9,8 @@ from pathlib import Path
 import gymnasium
 import pytest
 
-from sandboxes.config import PoolConfig
-from sandboxes.fake import FakeSandboxPool
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.fake import FakeSandboxPool
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "environments.md").read_text()

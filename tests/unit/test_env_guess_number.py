@@ -5,16 +5,16 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from envs.errors import ActionError, EpisodeStateError, TaskNotFound
-from envs.guess_demos import GuessPolicy, demonstrations
-from envs.guess_number import (
+from rollgym.envs.errors import ActionError, EpisodeStateError, TaskNotFound
+from rollgym.envs.guess_demos import GuessPolicy, demonstrations
+from rollgym.envs.guess_number import (
     GuessEpisode,
     GuessStep,
     GuessStepReward,
     GuessTerminalReward,
     parse_guess,
 )
-from envs.messages import assistant
+from rollgym.envs.messages import assistant
 
 INFO_KEYS = {
     "env_s",

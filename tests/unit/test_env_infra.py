@@ -6,13 +6,13 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from envs.errors import EpisodeStateError, InfraError
-from envs.python_tests import TestsStep
-from envs.scripted import fenced, solver
-from envs.tasksets import Check, ShellTask
-from sandboxes.base import ExecResult, SandboxOOM, SandboxState
-from sandboxes.config import PoolConfig
-from sandboxes.fake import FakeSandboxPool
+from rollgym.envs.errors import EpisodeStateError, InfraError
+from rollgym.envs.python_tests import TestsStep
+from rollgym.envs.scripted import fenced, solver
+from rollgym.envs.tasksets import Check, ShellTask
+from rollgym.sandboxes.base import ExecResult, SandboxOOM, SandboxState
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.fake import FakeSandboxPool
 
 
 @pytest.fixture

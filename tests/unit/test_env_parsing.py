@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from gymnasium import spaces
 
-from envs.errors import ActionError
-from envs.messages import clean_text, clip_text
-from envs.parsing import code_blocks, extract_code, parse_tool_calls
-from envs.spaces import ChatText, Messages
-from envs.tools import Tool, ToolCall
+from rollgym.envs.errors import ActionError
+from rollgym.envs.messages import clean_text, clip_text
+from rollgym.envs.parsing import code_blocks, extract_code, parse_tool_calls
+from rollgym.envs.spaces import ChatText, Messages
+from rollgym.envs.tools import Tool, ToolCall
 
 ADD = Tool(
     "add",

@@ -11,11 +11,11 @@ import pytest
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs.sandboxed import SandboxEnv
-from envs.scripted import solver
-from sandboxes.config import PoolConfig
-from sandboxes.fake import FakeSandboxPool
+from rollgym import envs
+from rollgym.envs.sandboxed import SandboxEnv
+from rollgym.envs.scripted import solver
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.fake import FakeSandboxPool
 
 ROLLGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("rollgym/"))
 TIMINGS = {"env_s", "sandbox_s"}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from gymnasium.wrappers import TimeLimit
 
-import envs
-from envs.adapter import ChatAdapter
-from envs.aio import areset, astep
-from envs.errors import EnvLoadError, InfraError
-from envs.spaces import ChatText, Messages
+from rollgym import envs
+from rollgym.envs.adapter import ChatAdapter
+from rollgym.envs.aio import areset, astep
+from rollgym.envs.errors import EnvLoadError, InfraError
+from rollgym.envs.spaces import ChatText, Messages
 
 USER_MODULE = '''
 import string

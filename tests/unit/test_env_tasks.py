@@ -7,10 +7,10 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from envs.scripted import fenced, solver
-from envs.tasksets import PythonTask, ShellTask, ToolTask, shipped_tasks
-from sandboxes.config import PoolConfig
-from sandboxes.fake import FakeSandboxPool
+from rollgym.envs.scripted import fenced, solver
+from rollgym.envs.tasksets import PythonTask, ShellTask, ToolTask, shipped_tasks
+from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.fake import FakeSandboxPool
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sandboxes.config import PoolConfig, SandboxConfig
+from rollgym.sandboxes.config import PoolConfig, SandboxConfig
 
 
 def test_defaults_are_hardened() -> None:

@@ -11,10 +11,15 @@ import pytest
 import requests
 
 import docker
-from sandboxes.base import SandboxError
-from sandboxes.config import SandboxConfig
-from sandboxes.docker.owner import Owner, process_start_ticks
-from sandboxes.docker.provider import BOX_AGENT_DIR, BOX_RUNTIME_DIR, container_spec, docker_errors
+from rollgym.sandboxes.base import SandboxError
+from rollgym.sandboxes.config import SandboxConfig
+from rollgym.sandboxes.docker.owner import Owner, process_start_ticks
+from rollgym.sandboxes.docker.provider import (
+    BOX_AGENT_DIR,
+    BOX_RUNTIME_DIR,
+    container_spec,
+    docker_errors,
+)
 
 
 def spec(**changes) -> dict:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sandboxes.base import (
+from rollgym.sandboxes.base import (
     PoolTimeout,
     Sandbox,
     SandboxDied,
@@ -17,9 +17,9 @@ from sandboxes.base import (
     SandboxStateError,
     SandboxTimeout,
 )
-from sandboxes.config import PoolConfig, SandboxConfig
-from sandboxes.fake import FakeSandbox, FakeSandboxPool
-from sandboxes.metrics import MetricsRecorder
+from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+from rollgym.sandboxes.fake import FakeSandbox, FakeSandboxPool
+from rollgym.sandboxes.metrics import MetricsRecorder
 
 
 @pytest.fixture
@@ -231,7 +231,7 @@ def test_close_fails_waiters_and_stops_every_box() -> None:
 def test_sweep_removes_folders_of_dead_owners(tmp_path, monkeypatch) -> None:
     import tempfile
 
-    from sandboxes.fake import HostProcessProvider
+    from rollgym.sandboxes.fake import HostProcessProvider
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = tmp_path / "rollgym-fake-999999999-abc"
@@ -286,7 +286,7 @@ class _BrokenProvider:
         pass
 
     def start_box(self):
-        from sandboxes.base import SandboxError
+        from rollgym.sandboxes.base import SandboxError
 
         raise SandboxError("image not found")
 
@@ -301,8 +301,8 @@ class _BrokenProvider:
 
 
 def test_a_pool_whose_boxes_cannot_start_fails_loudly_and_cleans_up() -> None:
-    from sandboxes.base import SandboxError
-    from sandboxes.pool import WarmPool
+    from rollgym.sandboxes.base import SandboxError
+    from rollgym.sandboxes.pool import WarmPool
 
     provider = _BrokenProvider()
     pool = WarmPool(provider, PoolConfig(size=2, health_interval_s=0))

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from sandboxes.agent.framing import (
+from rollgym.sandboxes.agent.framing import (
     HEADER,
     MAX_FRAME_BYTES,
     FrameError,

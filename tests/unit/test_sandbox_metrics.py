@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sandboxes import metrics as m
-from sandboxes.metrics import MetricsRecorder, TimingSummary
+from rollgym.sandboxes import metrics as m
+from rollgym.sandboxes.metrics import MetricsRecorder, TimingSummary
 
 
 def test_recorder_summarizes_timings_and_counts_events() -> None:

@@ -13,11 +13,11 @@ from test_server_fakes import (
     settings,
 )
 
-from server.app import create_app
-from server.chat import ChatCodec
-from server.config import SessionConfig
-from server.engine.fake import FakeEngine, fake_logprob
-from server.wire import (
+from rollgym.server.app import create_app
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import SessionConfig
+from rollgym.server.engine.fake import FakeEngine, fake_logprob
+from rollgym.server.wire import (
     PullResponse,
     RolloutStatus,
     SessionClosed,

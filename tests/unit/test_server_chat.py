@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.chat import ChatCodec, ChatTemplateError
-from server.errors import TokenPrefixError
-from server.transcript import Transcript, check_extends
+from rollgym.server.chat import ChatCodec, ChatTemplateError
+from rollgym.server.errors import TokenPrefixError
+from rollgym.server.transcript import Transcript, check_extends
 
 OPENING = [
     {"role": "system", "content": "Guess my number from 1 to 16."},

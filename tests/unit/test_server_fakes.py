@@ -25,12 +25,12 @@ import torch
 from fastapi import FastAPI
 from safetensors.torch import save
 
-from envs.spaces import ChatText, Messages
-from server.chat import ChatCodec
-from server.config import ServerSettings
-from server.engine.fake import FakeEngine
-from server.errors import NotFound
-from server.rollout.environments import RegistryEnvs
+from rollgym.envs.spaces import ChatText, Messages
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import ServerSettings
+from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.errors import NotFound
+from rollgym.server.rollout.environments import RegistryEnvs
 
 ADMIN_TOKEN = "unit-test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

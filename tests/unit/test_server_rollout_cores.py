@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from server.rollout.admission import AdmissionGate
-from server.rollout.filtering import GroupFilter, Verdict
-from server.rollout.ordering import SeedSchedule
+from rollgym.server.rollout.admission import AdmissionGate
+from rollgym.server.rollout.filtering import GroupFilter, Verdict
+from rollgym.server.rollout.ordering import SeedSchedule
 
 
 @pytest.mark.parametrize(("staleness", "batch"), [(0, 1), (0, 4), (1, 4), (3, 2)])

@@ -8,15 +8,15 @@ import random
 import pytest
 from test_server_fakes import SCRIPTED, ScriptedEnvs, guessing_script
 
-from server.buffer import TrajectoryBuffer
-from server.chat import ChatCodec
-from server.config import BufferConfig, RunnerConfig
-from server.engine.fake import FakeEngine, fake_logprob
-from server.errors import NotFound
-from server.metrics import ServerMetrics
-from server.rollout.episode import EpisodeRunner, EpisodeSpec
-from server.rollout.runner import RolloutRunner
-from server.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import BufferConfig, RunnerConfig
+from rollgym.server.engine.fake import FakeEngine, fake_logprob
+from rollgym.server.errors import NotFound
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
+from rollgym.server.rollout.runner import RolloutRunner
+from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings
 
 GUESS = "rollgym/GuessNumber-v0"
 

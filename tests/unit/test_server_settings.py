@@ -8,8 +8,8 @@ import socket
 import pytest
 from pydantic import ValidationError
 
-from server.config import ServerSettings
-from server.serve import add_arguments, overrides, serve
+from rollgym.server.config import ServerSettings
+from rollgym.server.serve import add_arguments, overrides, serve
 
 TOKEN = "a-token-long-enough"
 
@@ -59,7 +59,7 @@ def test_a_busy_port_fails_before_the_engine_loads(
         taken.listen(1)
         port = taken.getsockname()[1]
         args = parse("--port", str(port), "--model-dir", str(default_model_dir))
-        monkeypatch.setattr("server.app.create_app", _no_engine_please)
+        monkeypatch.setattr("rollgym.server.app.create_app", _no_engine_please)
         assert serve(args) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().out
 

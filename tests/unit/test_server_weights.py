@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import save
 from test_server_fakes import safetensors_bytes
 
-from server.engine.fake import FAKE_MANIFEST, FakeEngine
-from server.errors import (
+from rollgym.server.engine.fake import FAKE_MANIFEST, FakeEngine
+from rollgym.server.errors import (
     BadWeights,
     NotFound,
     TruncatedWeights,
@@ -19,10 +19,15 @@ from server.errors import (
     VersionMismatch,
     WeightsTooLarge,
 )
-from server.metrics import ServerMetrics
-from server.weights.base import NcclWeights, TensorSpec
-from server.weights.safetensors_check import check_announced, read_header, read_manifest, stage
-from server.weights.updater import WeightUpdater
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.weights.base import NcclWeights, TensorSpec
+from rollgym.server.weights.safetensors_check import (
+    check_announced,
+    read_header,
+    read_manifest,
+    stage,
+)
+from rollgym.server.weights.updater import WeightUpdater
 
 
 def write(tmp_path, data: bytes, name: str = "w.safetensors"):

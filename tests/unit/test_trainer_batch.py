@@ -6,9 +6,9 @@ import random
 
 from test_trainer_fakes import ENV_TOKENS, PROMPT, make_trajectory, random_group
 
-from server.wire import TrajectoryGroup
-from trainer.batch import build_batch
-from trainer.rewards import trajectory_return
+from rollgym.server.wire import TrajectoryGroup
+from rollgym.trainer.batch import build_batch
+from rollgym.trainer.rewards import trajectory_return
 
 
 def test_batch_keeps_the_sampled_tokens_and_logprobs_verbatim() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.checkpoint import (
+from rollgym.trainer.checkpoint import (
     STATE_FILE,
     TRAINER_STATE_FILE,
     CheckpointState,
@@ -12,8 +12,8 @@ from trainer.checkpoint import (
     read_state,
     write_state,
 )
-from trainer.errors import CheckpointError
-from trainer.ledger import DataLedger
+from rollgym.trainer.errors import CheckpointError
+from rollgym.trainer.ledger import DataLedger
 
 
 def _checkpoint(root, step, *, complete=True):

@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_trainer_fakes import FakeServer, random_group
 
-from server.wire import PullRequest, RolloutJob
-from trainer.client import ServerClient
-from trainer.config import ClientConfig
-from trainer.errors import (
+from rollgym.server.wire import PullRequest, RolloutJob
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import ClientConfig
+from rollgym.trainer.errors import (
     AuthError,
     ProtocolError,
     ServerError,
@@ -20,7 +20,7 @@ from trainer.errors import (
     TrainerError,
     VersionConflict,
 )
-from trainer.weights import WeightPusher, weights_bytes
+from rollgym.trainer.weights import WeightPusher, weights_bytes
 
 
 def test_pull_and_ack_round_trip() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import TrainerConfig, parse_config
-from trainer.errors import TrainerConfigError
+from rollgym.trainer.config import TrainerConfig, parse_config
+from rollgym.trainer.errors import TrainerConfigError
 
 
 def test_one_config_gives_both_modes(tmp_path) -> None:

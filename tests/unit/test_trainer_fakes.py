@@ -24,8 +24,8 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from safetensors.torch import load as safetensors_load
 
-from server.dashboard.schema import TrainerAccepted, TrainerReport
-from server.wire import (
+from rollgym.server.dashboard.schema import TrainerAccepted, TrainerReport
+from rollgym.server.wire import (
     AckRequest,
     ErrorBody,
     PullRequest,
@@ -37,8 +37,8 @@ from server.wire import (
     TurnRecord,
     WeightUpdateResult,
 )
-from trainer.client import ServerClient
-from trainer.config import ClientConfig
+from rollgym.trainer.client import ServerClient
+from rollgym.trainer.config import ClientConfig
 
 TOKEN = "test-admin-token"
 GOOD_TOKEN = 17

@@ -7,11 +7,11 @@ import random
 import pytest
 from test_trainer_fakes import FakeServer, random_group
 
-from trainer.config import TrainerConfig
-from trainer.errors import StarvedError
-from trainer.feed import GroupFeed
-from trainer.ledger import DataLedger
-from trainer.progress import RunProgress
+from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.errors import StarvedError
+from rollgym.trainer.feed import GroupFeed
+from rollgym.trainer.ledger import DataLedger
+from rollgym.trainer.progress import RunProgress
 
 
 def _feed(fake: FakeServer, tmp_path, *, version: int, **config) -> GroupFeed:

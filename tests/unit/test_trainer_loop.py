@@ -21,11 +21,11 @@ from test_trainer_fakes import (
 )
 from transformers import AutoModelForCausalLM
 
-from server.wire import TrajectoryGroup
-from trainer.checkpoint import latest_checkpoint, read_state
-from trainer.config import TrainerConfig
-from trainer.errors import ServerError
-from trainer.loop import train
+from rollgym.server.wire import TrajectoryGroup
+from rollgym.trainer.checkpoint import latest_checkpoint, read_state
+from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.errors import ServerError
+from rollgym.trainer.loop import train
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
@@ -142,7 +142,7 @@ def test_trl_trains_on_model_tokens_with_the_behaviour_logprob_correction(
     config = _config(tmp_path, total_steps=1)
     captured = {}
 
-    from trainer import grpo
+    from rollgym.trainer import grpo
 
     original = grpo.ServerGRPOTrainer._generate_and_score_completions
 

@@ -9,16 +9,16 @@ import pytest
 from test_trainer_fakes import random_group
 from transformers import AutoTokenizer
 
-from envs.guess_demos import demonstrations
-from trainer.checkpoint import DropCounts
-from trainer.config import parse_config
-from trainer.errors import TrainerConfigError
-from trainer.evaluate import success_rate, wilson_interval
-from trainer.loop import TrainResult
-from trainer.pipeline import RunConfig
-from trainer.plot import moving_average, write_report_png
-from trainer.progress import StepRecord
-from trainer.warmstart import tokenize_conversation
+from rollgym.envs.guess_demos import demonstrations
+from rollgym.trainer.checkpoint import DropCounts
+from rollgym.trainer.config import parse_config
+from rollgym.trainer.errors import TrainerConfigError
+from rollgym.trainer.evaluate import success_rate, wilson_interval
+from rollgym.trainer.loop import TrainResult
+from rollgym.trainer.pipeline import RunConfig
+from rollgym.trainer.plot import moving_average, write_report_png
+from rollgym.trainer.progress import StepRecord
+from rollgym.trainer.warmstart import tokenize_conversation
 
 
 def test_run_config_ties_the_job_to_the_trainer(tmp_path) -> None:

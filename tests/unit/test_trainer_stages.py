@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_trainer_fakes import make_trajectory
 
-from trainer.stages import StageTimeline, covered, episode_spans
+from rollgym.trainer.stages import StageTimeline, covered, episode_spans
 
 
 def test_covered_is_the_length_of_the_union_inside_the_window() -> None:

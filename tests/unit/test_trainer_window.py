@@ -6,8 +6,8 @@ import random
 
 from test_trainer_fakes import make_trajectory, random_group
 
-from server.wire import TrajectoryGroup
-from trainer.window import is_fresh, select_groups, staleness
+from rollgym.server.wire import TrajectoryGroup
+from rollgym.trainer.window import is_fresh, select_groups, staleness
 
 
 def test_window_rule_keeps_exactly_max_staleness_versions() -> None:
