@@ -3,8 +3,8 @@
     .venv/bin/python -m bench.envs [--pool docker|fake] [--rounds 2]
 
 Drives every task of every reference env with its scripted solver and a wrong policy, and
-reports each step's ``info["env_s"]`` (time in the env, sandbox included) and
-``info["sandbox_s"]`` (time in sandbox calls) as p50/p99 in ms, plus the env's own
+reports each step's time (``env.step``, sandbox included, timed here as the server does) and
+its time in sandbox calls (``env.get_wrapper_attr("sandbox_s")``) as p50/p99 in ms, plus the env's own
 overhead (``env_s - sandbox_s``). Baseline, measured in the same run on the same pool: a
 bare sandbox call (``run_shell("true")``, ``run_python("pass")``); the last columns are
 each env's p50 step time as a multiple of the bare shell call, and the p50 over only the
@@ -93,9 +93,11 @@ def env_steps(env_id: str, pool: SandboxPool, rounds: int) -> Steps:
                 history, policy, done = list(obs), policy_for(env), False
                 while not done:
                     action = policy(history)
-                    obs, _, terminated, truncated, info = env.step(action)
+                    started = time.perf_counter()
+                    obs, _, terminated, truncated, _ = env.step(action)
+                    env_s = time.perf_counter() - started
                     history += [{"role": "assistant", "content": action}, *obs]
-                    samples.append((info["env_s"], info["sandbox_s"]))
+                    samples.append((env_s, env.get_wrapper_attr("sandbox_s")))
                     done = terminated or truncated
     env.close()
     return samples

@@ -47,8 +47,8 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=Path(".data/bench-learning"))
     args = parser.parse_args()
 
+    from rollgym.run.pipeline import RunConfig, run_default
     from rollgym.trainer.config import parse_config
-    from rollgym.trainer.pipeline import RunConfig, run_default
 
     config = parse_config(RunConfig, run_dir=args.run_dir, eval_episodes=args.episodes)
     load_before = os.getloadavg()

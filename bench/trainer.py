@@ -63,12 +63,12 @@ if ENV_ID not in gymnasium.registry:
 
 
 def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
+    from rollgym.run.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
+    from rollgym.run.server_process import ServerProcess
     from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import TrainerConfig
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
     from rollgym.trainer.loop import train
-    from rollgym.trainer.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
-    from rollgym.trainer.server_process import ServerProcess
 
     root = args.out / name
     shutil.rmtree(root, ignore_errors=True)
@@ -171,8 +171,8 @@ def main() -> None:
     args = parser.parse_args()
     args.out = args.out.resolve()
 
-    from rollgym import paths
-    from rollgym.trainer.warmstart import WarmStartConfig, warm_start
+    from rollgym.contract import paths
+    from rollgym.run.warmstart import WarmStartConfig, warm_start
 
     warm_dir = warm_start(
         WarmStartConfig(), paths.default_model_dir(), args.out / "warmstart", printer=print

@@ -11,10 +11,12 @@ The contract the rollout runner (``server/``) relies on:
    the env appends this turn (a ``user`` feedback message, or ``tool`` results). Actions are
    the model's raw text (``str``). Spaces: ``envs.spaces.ChatText`` (any Unicode, empty
    included) and ``envs.spaces.Messages``.
-3. **Info.** Every step: ``env_s`` (seconds in the env, sandbox included), ``sandbox_s``
-   (seconds in sandbox calls), ``failure`` (None | ``"task"`` | ``"infra"``), ``error``
+3. **Info.** Every step: ``failure`` (None | ``"task"`` | ``"infra"``), ``error``
    (str | None); rollgym envs add ``turn``, ``task_id``, ``step_reward`` and
-   ``terminal_reward``. Reset info has ``task_id``, ``env_s``, ``sandbox_s``. An
+   ``terminal_reward``. Reset info has ``task_id``. Info holds no wall-clock time (same
+   seed and actions, same infos); the seconds the last ``reset``/``step`` spent in sandbox
+   calls are ``env.get_wrapper_attr("sandbox_s")`` (rollgym envs), and the runner times
+   ``step`` itself. An
    infrastructure failure in ``step`` (box died, container-level timeout, crashed reward
    callable, crashed user env) returns ``truncated=True``, ``reward=0.0`` and
    ``failure="infra"``: exclude the episode from training. ``reset`` raises

@@ -3,8 +3,7 @@
 A user's plain text env (``str`` observations, e.g. a ``spaces.Text`` observation space)
 becomes a chat env: each observation turns into one user message (an empty string into no
 message), the action space becomes ``ChatText`` (real model output), and ``info`` gets the
-contract's keys: ``env_s`` measured here, ``sandbox_s`` (0.0 unless the env reports its
-own), ``failure`` and ``error`` (None unless the env reports its own). An env that already
+contract's keys ``failure`` and ``error`` (None unless the env reports its own). An env that already
 speaks chat messages passes its observations through.
 
 Failures: an exception from the env's ``step`` is an infrastructure failure (the user's env
@@ -15,7 +14,6 @@ Caller mistakes (``ResetNeeded``, ``envs`` errors) pass through unchanged.
 
 from __future__ import annotations
 
-import time
 from typing import Any, SupportsFloat
 
 import gymnasium
@@ -23,7 +21,6 @@ from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
 from rollgym.envs import aio
-from rollgym.envs.core import Clock
 from rollgym.envs.errors import EnvError, EnvLoadError, InfraError
 from rollgym.envs.messages import Observation, clean_text, user
 from rollgym.envs.spaces import ChatText, Messages
@@ -39,7 +36,7 @@ def speaks_text(space: spaces.Space[Any]) -> bool:
 class ChatAdapter(gymnasium.Wrapper[Observation, str, Any, Any]):
     """Wraps a text or chat env so that it keeps the ``envs`` contract; see the module doc."""
 
-    def __init__(self, env: gymnasium.Env[Any, Any], *, clock: Clock | None = None):
+    def __init__(self, env: gymnasium.Env[Any, Any]):
         if not (speaks_text(env.observation_space) or isinstance(env.observation_space, Messages)):
             raise EnvLoadError(
                 f"{env} observes {env.observation_space}, not text: serve envs whose "
@@ -47,7 +44,6 @@ class ChatAdapter(gymnasium.Wrapper[Observation, str, Any, Any]):
             )
         super().__init__(env)
         self._text = speaks_text(env.observation_space)
-        self._clock = clock or time.perf_counter
         self.observation_space = Messages()
         self.action_space = ChatText()
 
@@ -62,46 +58,42 @@ class ChatAdapter(gymnasium.Wrapper[Observation, str, Any, Any]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
-        started = self._clock()
         try:
             obs, info = self.env.reset(seed=seed, options=options)
         except _PASS_THROUGH:
             raise
         except Exception as exc:
             raise InfraError(f"{self.env} failed to reset: {exc!r}") from exc
-        return self._messages(obs), self._reset_info(info, started)
+        return self._messages(obs), dict(info)
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
-        started = self._clock()
         try:
             obs, info = await aio.areset(self.env, seed=seed, options=options)
         except _PASS_THROUGH:
             raise
         except Exception as exc:
             raise InfraError(f"{self.env} failed to reset: {exc!r}") from exc
-        return self._messages(obs), self._reset_info(info, started)
+        return self._messages(obs), dict(info)
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        started = self._clock()
         try:
             result = self.env.step(action)
         except _PASS_THROUGH:
             raise
         except Exception as exc:
-            return self._crashed(exc, started)
-        return self._converted(result, started)
+            return self._crashed(exc)
+        return self._converted(result)
 
     async def astep(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        started = self._clock()
         try:
             result = await aio.astep(self.env, action)
         except _PASS_THROUGH:
             raise
         except Exception as exc:
-            return self._crashed(exc, started)
-        return self._converted(result, started)
+            return self._crashed(exc)
+        return self._converted(result)
 
     def _messages(self, obs: Any) -> Observation:
         if not self._text:
@@ -109,29 +101,17 @@ class ChatAdapter(gymnasium.Wrapper[Observation, str, Any, Any]):
         text = clean_text(str(obs))
         return (user(text),) if text else ()
 
-    def _reset_info(self, info: dict[str, Any], started: float) -> dict[str, Any]:
-        info = dict(info)
-        info["env_s"] = self._clock() - started
-        info.setdefault("sandbox_s", 0.0)
-        return info
-
     def _converted(
-        self, result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]], started: float
+        self, result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
     ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = result
         info = dict(info)
-        info["env_s"] = self._clock() - started
-        info.setdefault("sandbox_s", 0.0)
         info.setdefault("failure", None)
         info.setdefault("error", None)
         return self._messages(obs), float(reward), bool(terminated), bool(truncated), info
 
-    def _crashed(
-        self, exc: Exception, started: float
-    ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    def _crashed(self, exc: Exception) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         info = {
-            "env_s": self._clock() - started,
-            "sandbox_s": 0.0,
             "failure": "infra",
             "error": f"{self.env} crashed in step: {exc!r}",
         }

@@ -3,7 +3,7 @@
 The agent's action is its raw message (``str``); the observation is a tuple of chat
 messages: the opening messages on ``reset``, the messages appended this turn on ``step``.
 A subclass writes three hooks and two reward callables; the base does the rest the same way
-for every env (timing, failure kinds, rewards, episode state, async)::
+for every env (failure kinds, rewards, episode state, async)::
 
     _open(options)    -> Opening     pick a task (with self.np_random), opening messages
     _turn(action)     -> Turn        act on one message; raise ActionError to reject it
@@ -12,9 +12,11 @@ for every env (timing, failure kinds, rewards, episode state, async)::
     step_reward(turn.outcome)        -> float, every step
     terminal_reward(self._episode()) -> float, on the step that terminates (optional)
 
-``info`` on every step: ``env_s`` (time in the env, sandbox included), ``sandbox_s`` (time in
-sandbox calls), ``failure`` (None | "task" | "infra"), ``error`` (str | None), ``turn``,
-``step_reward``, ``terminal_reward`` (None unless terminated) and ``task_id``. A rejected
+``info`` on every step: ``failure`` (None | "task" | "infra"), ``error`` (str | None),
+``turn``, ``step_reward``, ``terminal_reward`` (None unless terminated) and ``task_id``; it
+holds no wall-clock time, so the same seed and actions give the same infos (Gymnasium's
+``check_env`` asks that). Time is the runner's business: it times ``step`` itself, and reads
+the part spent in sandbox calls beside ``info``, from ``env.get_wrapper_attr("sandbox_s")``. A rejected
 action (``ActionError``) is a task failure fed back to the agent as a user message. An
 infrastructure failure (a ``SandboxError`` reaching the base, a reward callable that raises
 or returns a non-finite number) ends the episode with ``truncated=True``,
@@ -30,7 +32,6 @@ import abc
 import dataclasses
 import enum
 import math
-import time
 from collections.abc import Callable
 from typing import Any, Generic, Literal, TypeVar
 
@@ -45,7 +46,6 @@ from rollgym.sandboxes.base import SandboxError
 StepT = TypeVar("StepT")
 EpisodeT = TypeVar("EpisodeT")
 Failure = Literal["task", "infra"]
-Clock = Callable[[], float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +81,6 @@ class EpisodeState(enum.Enum):
 class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC):
     """Base of rollgym's chat environments; see the module docstring for the contract.
 
-    ``clock`` is the time source of ``env_s``/``sandbox_s`` (``time.perf_counter``); a
-    fixed one (``lambda: 0.0``) makes infos compare equal, as ``check_env`` requires.
     A ``str`` action longer than ``max_action_chars`` is rejected with feedback.
     """
 
@@ -95,23 +93,26 @@ class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC
         step_reward: Callable[[StepT], float],
         terminal_reward: Callable[[EpisodeT], float] | None = None,
         max_action_chars: int = 32_000,
-        clock: Clock | None = None,
     ):
         self.action_space = ChatText(max_length=max_action_chars)
         self.max_action_chars = max_action_chars
         self.observation_space = Messages()
         self.step_reward = step_reward
         self.terminal_reward = terminal_reward
-        self._clock = clock or time.perf_counter
         self._state = EpisodeState.IDLE
         self._task_id: str | None = None
         self._turns = 0
-        self._meter = Meter(self._clock)
+        self._meter = Meter()
 
     @property
     def turns(self) -> int:
         """Steps taken in this episode (rejected actions included)."""
         return self._turns
+
+    @property
+    def sandbox_s(self) -> float:
+        """Seconds the last ``reset`` or ``step`` spent in sandbox calls (0.0 without a box)."""
+        return self._meter.seconds
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -140,49 +141,49 @@ class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        started = self._begin_reset()
+        self._begin_reset()
         try:
             opening = self._open(dict(options or {}))
         except SandboxError as exc:
             raise InfraError(f"reset failed in the sandbox: {exc!r}") from exc
-        return self._opened(opening, started)
+        return self._opened(opening)
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         """``reset`` with sandbox I/O awaited instead of blocking."""
         super().reset(seed=seed)
-        started = self._begin_reset()
+        self._begin_reset()
         try:
             opening = await self._aopen(dict(options or {}))
         except SandboxError as exc:
             raise InfraError(f"reset failed in the sandbox: {exc!r}") from exc
-        return self._opened(opening, started)
+        return self._opened(opening)
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        started = self._begin_step(action)
+        self._begin_step(action)
         try:
             turn = self._turn(_checked_text(action, self.max_action_chars))
         except ActionError as exc:
             turn = self._rejection(str(exc))
         except SandboxError as exc:
-            return self._infra(f"sandbox failure: {exc!r}", started)
+            return self._infra(f"sandbox failure: {exc!r}")
         except InfraError as exc:
-            return self._infra(str(exc), started)
-        return self._finish(turn, started)
+            return self._infra(str(exc))
+        return self._finish(turn)
 
     async def astep(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         """``step`` with sandbox I/O awaited instead of blocking."""
-        started = self._begin_step(action)
+        self._begin_step(action)
         try:
             turn = await self._aturn(_checked_text(action, self.max_action_chars))
         except ActionError as exc:
             turn = self._rejection(str(exc))
         except SandboxError as exc:
-            return self._infra(f"sandbox failure: {exc!r}", started)
+            return self._infra(f"sandbox failure: {exc!r}")
         except InfraError as exc:
-            return self._infra(str(exc), started)
-        return self._finish(turn, started)
+            return self._infra(str(exc))
+        return self._finish(turn)
 
     def close(self) -> None:
         self._state = EpisodeState.CLOSED
@@ -190,67 +191,56 @@ class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC
 
     # --- the shared bookkeeping -----------------------------------------------------------
 
-    def _begin_reset(self) -> float:
+    def _begin_reset(self) -> None:
         if self._state is EpisodeState.CLOSED:
             raise EpisodeStateError("reset on a closed env")
         self._turns, self._meter.seconds = 0, 0.0
-        return self._clock()
 
-    def _opened(self, opening: Opening, started: float) -> tuple[Observation, dict[str, Any]]:
+    def _opened(self, opening: Opening) -> tuple[Observation, dict[str, Any]]:
         self._state, self._task_id = EpisodeState.RUNNING, opening.task_id
-        info = {
-            "task_id": opening.task_id,
-            "env_s": self._clock() - started,
-            "sandbox_s": self._meter.seconds,
-        }
-        return _fresh(opening.messages), info
+        return _fresh(opening.messages), {"task_id": opening.task_id}
 
-    def _begin_step(self, action: object) -> float:
+    def _begin_step(self, action: object) -> None:
         if self._state is not EpisodeState.RUNNING:
             raise EpisodeStateError(f"step on an env whose episode is {self._state.value}")
         if not isinstance(action, str):
             raise TypeError(f"an action is the agent's text (str), got {type(action).__name__}")
         self._turns += 1
         self._meter.seconds = 0.0
-        return self._clock()
 
     def _rejection(self, error: str) -> Turn[StepT]:
         """A rejected action: the error goes back to the agent; the turn counts."""
         error = clean_text(error)
         return Turn((user(error),), self._rejected(error), failure="task", error=error)
 
-    def _finish(
-        self, turn: Turn[StepT], started: float
-    ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+    def _finish(self, turn: Turn[StepT]) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         try:
             step_reward = _call_reward(self.step_reward, turn.outcome)
             terminal_reward = None
             if turn.terminated and self.terminal_reward is not None:
                 terminal_reward = _call_reward(self.terminal_reward, self._episode())
         except RewardFailed as exc:
-            return self._infra(str(exc), started, turn.messages)
+            return self._infra(str(exc), turn.messages)
         if turn.terminated:
             self._state = EpisodeState.DONE
-        info = self._info(started, turn.failure, turn.error)
+        info = self._info(turn.failure, turn.error)
         info.update(step_reward=step_reward, terminal_reward=terminal_reward)
         reward = step_reward + (terminal_reward or 0.0)
         return _fresh(turn.messages), reward, turn.terminated, False, info
 
     def _infra(
-        self, error: str, started: float, messages: tuple[Message, ...] = ()
+        self, error: str, messages: tuple[Message, ...] = ()
     ) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         """End the episode on an infrastructure failure: flagged, never a plain reward."""
         self._state = EpisodeState.DONE
-        info = self._info(started, "infra", error)
+        info = self._info("infra", error)
         info.update(step_reward=None, terminal_reward=None)
         return _fresh(messages), 0.0, False, True, info
 
-    def _info(self, started: float, failure: Failure | None, error: str | None) -> dict[str, Any]:
+    def _info(self, failure: Failure | None, error: str | None) -> dict[str, Any]:
         return {
             "task_id": self._task_id,
             "turn": self._turns,
-            "env_s": self._clock() - started,
-            "sandbox_s": self._meter.seconds,
             "failure": failure,
             "error": error,
         }

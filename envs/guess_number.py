@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-from rollgym.envs.core import ChatEnv, Clock, Opening, Turn
+from rollgym.envs.core import ChatEnv, Opening, Turn
 from rollgym.envs.errors import ActionError, TaskNotFound
 from rollgym.envs.messages import system, user
 
@@ -92,7 +92,6 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         high: int = 16,
         step_reward: Callable[[GuessStep], float] | None = None,
         terminal_reward: Callable[[GuessEpisode], float] | None = None,
-        clock: Clock | None = None,
     ):
         if low > high:
             raise ValueError(f"low ({low}) must be <= high ({high})")
@@ -100,7 +99,6 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
             step_reward=step_reward or GuessStepReward(),
             terminal_reward=terminal_reward or GuessTerminalReward(),
             max_action_chars=4_000,
-            clock=clock,
         )
         self.low, self.high = low, high
         self._target = low

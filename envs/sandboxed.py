@@ -27,7 +27,7 @@ from typing import Any, TypedDict
 
 from gymnasium.envs.registration import EnvSpec
 
-from rollgym.envs.core import ChatEnv, Clock, EpisodeT, Opening, StepT, Turn
+from rollgym.envs.core import ChatEnv, EpisodeT, Opening, StepT, Turn
 from rollgym.envs.messages import clean_text, clip_text
 from rollgym.envs.pool_handle import PoolHandle
 from rollgym.envs.programs import Program, RunPython, RunShell, arun, run
@@ -77,7 +77,6 @@ class SandboxOptions(TypedDict, total=False):
     command_timeout_s: float
     max_feedback_chars: int
     max_action_chars: int
-    clock: Clock | None
 
 
 class SandboxEnv(ChatEnv[StepT, EpisodeT]):
@@ -95,13 +94,11 @@ class SandboxEnv(ChatEnv[StepT, EpisodeT]):
         command_timeout_s: float = 10.0,
         max_feedback_chars: int = 2_000,
         max_action_chars: int = 32_000,
-        clock: Clock | None = None,
     ):
         super().__init__(
             step_reward=step_reward,
             terminal_reward=terminal_reward,
             max_action_chars=max_action_chars,
-            clock=clock,
         )
         self._pool = sandbox_pool
         self._owns_pool = sandbox_pool is None

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rollgym import paths
+from rollgym.contract import paths
 
 
 def _model_init(args: argparse.Namespace) -> int:
@@ -44,8 +44,8 @@ def _run(args: argparse.Namespace) -> int:
     import datasets
     from transformers.utils import logging as hf_logging
 
+    from rollgym.run.pipeline import RunConfig, run_default
     from rollgym.trainer.config import parse_config
-    from rollgym.trainer.pipeline import RunConfig, run_default
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()

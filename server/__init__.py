@@ -1,7 +1,7 @@
 """The rollout server: vLLM behind FastAPI, weight updates, rollouts, the trajectory buffer.
 
 Importing this package is cheap; the engine (and vLLM) load only when an app is created.
-``server.wire`` holds the HTTP schema that clients such as the trainer depend on.
+``rollgym.contract.wire`` holds the HTTP schema that clients such as the trainer depend on.
 
     app.py            create_app(settings): routers, lifespan, services on app.state
     config.py         ServerSettings (ROLLGYM_* variables) and one config per component

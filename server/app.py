@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rollgym.contract.wire import ErrorBody, ErrorCode
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.buffer import TrajectoryBuffer
@@ -42,7 +43,6 @@ from rollgym.server.routes import admin, agents, openai
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions import SessionManager
 from rollgym.server.weights.updater import WeightUpdater
-from rollgym.server.wire import ErrorBody
 
 EngineFactory = Callable[[EngineConfig], ServingEngine]
 PoolFactory = Callable[[SandboxSettings, MetricsSink], SandboxPool]
@@ -91,7 +91,9 @@ async def _services(
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
         envs = RegistryEnvs(lambda: pool)
         policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
-        episodes = EpisodeRunner(policy, codec, envs, max_model_len=settings.engine.max_model_len)
+        episodes = EpisodeRunner(
+            policy, codec, envs, max_model_len=settings.engine.max_model_len, metrics=metrics
+        )
         runner = RolloutRunner(episodes, envs, buffer, metrics, settings.runner)
         stack.push_async_callback(runner.close)
         sessions = SessionManager(policy, codec, envs, buffer, metrics, settings.sessions)
@@ -173,7 +175,7 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    """One error body everywhere: ``server.wire.ErrorBody``."""
+    """One error body everywhere: ``rollgym.contract.wire.ErrorBody``."""
     app.add_exception_handler(ServerError, _server_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
@@ -186,11 +188,11 @@ async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
 
 async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
     problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    return _error(422, "invalid_request", problems)
+    return _error(422, ErrorCode.INVALID_REQUEST, problems)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    return _error(exc.status_code, "http_error", str(exc.detail))
+    return _error(exc.status_code, ErrorCode.HTTP_ERROR, str(exc.detail))
 
 
 def _error(

@@ -30,9 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from rollgym.contract.staleness import oldest_fresh_version
+from rollgym.contract.wire import ErrorCode, PullRequest, PullResponse, Trajectory, TrajectoryGroup
 from rollgym.server.config import BufferConfig
 from rollgym.server.errors import ServerError
-from rollgym.server.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -62,7 +63,7 @@ CREATE TABLE IF NOT EXISTS invalid (
 
 class BufferClosed(ServerError):
     status = 503
-    code = "buffer_closed"
+    code = ErrorCode.BUFFER_CLOSED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,7 +240,7 @@ class TrajectoryBuffer:
     def _sweep(self, trainer_version: int, max_staleness: int) -> tuple[int, int]:
         """Re-offer expired leases, drop stale groups; return (trajectories dropped, ready)."""
         db = self._conn()
-        oldest_kept = trainer_version - max_staleness
+        oldest_kept = oldest_fresh_version(trainer_version, max_staleness)
         with db:
             db.execute("BEGIN IMMEDIATE")
             db.execute(

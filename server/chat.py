@@ -24,8 +24,9 @@ from typing import Any
 
 from rollgym.server.errors import ServerError
 
-Message = dict[str, Any]
-_ANCHOR: tuple[Message, ...] = (
+# A message as the chat template takes it: role and content, and for tool calls more keys.
+TemplateMessage = dict[str, Any]
+_ANCHOR: tuple[TemplateMessage, ...] = (
     {"role": "system", "content": "S"},
     {"role": "user", "content": "U"},
     {"role": "assistant", "content": "A"},
@@ -71,7 +72,7 @@ class ChatCodec:
 
     def render(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[TemplateMessage],
         *,
         generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
@@ -88,12 +89,12 @@ class ChatCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
     def first_prompt(
-        self, messages: Sequence[Message], *, tools: list[dict[str, Any]] | None = None
+        self, messages: Sequence[TemplateMessage], *, tools: list[dict[str, Any]] | None = None
     ) -> list[int]:
         """The opening messages, rendered with the generation prompt and tokenized."""
         return self.encode(self.render(messages, tools=tools))
 
-    def continuation_text(self, messages: Sequence[Message], *, stopped: bool) -> str:
+    def continuation_text(self, messages: Sequence[TemplateMessage], *, stopped: bool) -> str:
         """The text that follows an assistant turn: its closer, ``messages``, the next prompt.
 
         ``stopped`` says whether the model ended its turn with the end-of-turn token; if it
@@ -108,6 +109,6 @@ class ChatCodec:
         suffix = full[len(self._anchor) :]
         return self._closer + suffix if stopped else self.eos_token + self._closer + suffix
 
-    def continuation(self, messages: Sequence[Message], *, stopped: bool) -> list[int]:
+    def continuation(self, messages: Sequence[TemplateMessage], *, stopped: bool) -> list[int]:
         """``continuation_text`` tokenized: what to append after the sampled ids."""
         return self.encode(self.continuation_text(messages, stopped=stopped))

@@ -19,8 +19,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rollgym import paths
-from rollgym.server.wire import SamplingSettings
+from rollgym.contract import paths
+from rollgym.contract.wire import SamplingSettings
 
 InFlightPolicy = Literal["finish", "abort"]
 

@@ -21,88 +21,90 @@
                                                           extend the last one (a server bug)
 
 Routes never build error bodies by hand: an exception handler turns any ``ServerError``
-into ``server.wire.ErrorBody`` with ``status`` and ``code`` from the class.
+into ``rollgym.contract.wire.ErrorBody`` with ``status`` and ``code`` from the class.
 """
 
 from __future__ import annotations
+
+from rollgym.contract.wire import ErrorCode
 
 
 class ServerError(Exception):
     """Root of all server errors."""
 
     status: int = 500
-    code: str = "server_error"
+    code: str = ErrorCode.SERVER_ERROR
 
 
 class BadRequest(ServerError, ValueError):
     status = 422
-    code = "bad_request"
+    code = ErrorCode.BAD_REQUEST
 
 
 class BadWeights(BadRequest):
     """The weights do not fit the served model (names, shapes or dtypes) or are unreadable."""
 
-    code = "bad_weights"
+    code = ErrorCode.BAD_WEIGHTS
 
 
 class TruncatedWeights(BadWeights):
     status = 400
-    code = "truncated_weights"
+    code = ErrorCode.TRUNCATED_WEIGHTS
 
 
 class WeightsTooLarge(BadRequest):
     status = 413
-    code = "weights_too_large"
+    code = ErrorCode.WEIGHTS_TOO_LARGE
 
 
 class TranscriptMismatch(BadRequest):
     """A session's LLM call sent messages that do not extend the session's conversation."""
 
     status = 409
-    code = "transcript_mismatch"
+    code = ErrorCode.TRANSCRIPT_MISMATCH
 
 
 class Unauthorized(ServerError):
     status = 401
-    code = "unauthorized"
+    code = ErrorCode.UNAUTHORIZED
 
 
 class Forbidden(ServerError):
     status = 403
-    code = "forbidden"
+    code = ErrorCode.FORBIDDEN
 
 
 class NotFound(ServerError, LookupError):
     status = 404
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class Conflict(ServerError):
     status = 409
-    code = "conflict"
+    code = ErrorCode.CONFLICT
 
 
 class VersionMismatch(Conflict):
-    code = "version_mismatch"
+    code = ErrorCode.VERSION_MISMATCH
 
 
 class UpdateInProgress(Conflict):
-    code = "update_in_progress"
+    code = ErrorCode.UPDATE_IN_PROGRESS
 
 
 class NotEnabled(ServerError):
     status = 501
-    code = "not_enabled"
+    code = ErrorCode.NOT_ENABLED
 
 
 class EngineFailure(ServerError):
     """The engine failed or is shutting down; generation cannot be served now."""
 
     status = 503
-    code = "engine_failure"
+    code = ErrorCode.ENGINE_FAILURE
 
 
 class TokenPrefixError(ServerError, AssertionError):
     """A turn's prompt does not extend the previous prompt plus its completion."""
 
-    code = "token_prefix"
+    code = ErrorCode.TOKEN_PREFIX

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Literal, Protocol, runtime_checkable
 
-from rollgym.server.wire import SamplingSettings
+from rollgym.contract.wire import SamplingSettings
 
 FinishReason = Literal["stop", "length", "abort"]
 

@@ -27,32 +27,31 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollgym.envs import aio
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec, Message
-from rollgym.server.config import SessionConfig
-from rollgym.server.errors import Conflict, NotFound, ServerError, TranscriptMismatch
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import Generation, PolicyEngine
-from rollgym.server.rollout.environments import EnvFactory
-from rollgym.server.transcript import Transcript
-from rollgym.server.wire import (
+from rollgym.contract.wire import (
+    ErrorCode,
     SamplingSettings,
     SessionClosed,
     SessionCreate,
     SessionCreated,
     SessionStepResult,
-    Trajectory,
     TrajectoryGroup,
-    TurnRecord,
 )
+from rollgym.envs import aio
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec, TemplateMessage
+from rollgym.server.config import SessionConfig
+from rollgym.server.errors import Conflict, NotFound, ServerError, TranscriptMismatch
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.policy import Generation, PolicyEngine
+from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
+from rollgym.server.rollout.environments import EnvFactory
 
 Clock = Callable[[], float]
 
 
 class TooManySessions(ServerError):
     status = 429
-    code = "too_many_sessions"
+    code = ErrorCode.TOO_MANY_SESSIONS
 
 
 @dataclasses.dataclass
@@ -60,17 +59,11 @@ class _Session:
     id: str
     request: SessionCreate
     env: Any
-    conversation: list[Message]  # what the agent has seen, in order
-    pending: list[Message] = dataclasses.field(default_factory=list)  # not yet in tokens
-    transcript: Transcript | None = None
-    turns: list[TurnRecord] = dataclasses.field(default_factory=list)
+    record: EpisodeRecorder
+    conversation: list[TemplateMessage]  # what the agent has seen, in order
+    pending: list[TemplateMessage] = dataclasses.field(default_factory=list)  # not yet in tokens
     last_stopped: bool = True
     model_turn_open: bool = False  # an LLM answer not yet followed by a step
-    reward: float = 0.0
-    done: bool = False
-    terminated: bool = False
-    truncated: bool = False
-    invalid_reason: str | None = None
     last_used: float = 0.0
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
@@ -110,7 +103,9 @@ class SessionManager:
         except Exception as exc:
             await asyncio.to_thread(env.close)
             raise Conflict(f"{request.env_id} failed to reset: {exc!r}") from exc
-        session = _Session(uuid.uuid4().hex, request, env, _messages(observation))
+        session_id = uuid.uuid4().hex
+        key = EpisodeKey(session_id, request.env_id, request.seed, source="session")
+        session = _Session(session_id, request, env, EpisodeRecorder(key), messages_of(observation))
         session.last_used = self._clock()
         self._sessions[session.id] = session
         self._metrics.sessions.set(len(self._sessions))
@@ -124,7 +119,7 @@ class SessionManager:
     async def generate(
         self,
         session_id: str,
-        messages: Sequence[Message],
+        messages: Sequence[TemplateMessage],
         sampling: SamplingSettings,
         *,
         tools: list[dict[str, Any]] | None = None,
@@ -138,72 +133,49 @@ class SessionManager:
             generation = await self._engine.generate(
                 context, sampling, stop_token_ids=[self._codec.eos_id]
             )
-            assert session.transcript is not None
-            session.transcript.add_model(generation.token_ids, generation.logprobs)
+            session.record.model_turn(context, generation)
             answer = {"role": "assistant", "content": self._codec.decode(generation.token_ids)}
             session.conversation += [*added, answer]
             session.last_stopped = generation.finish_reason == "stop"
             session.model_turn_open = True
-            session.turns.append(_model_turn(len(session.turns), context, generation))
             session.last_used = self._clock()
             return generation
 
     def _context(
-        self, session: _Session, added: list[Message], tools: list[dict[str, Any]] | None
+        self, session: _Session, added: list[TemplateMessage], tools: list[dict[str, Any]] | None
     ) -> list[int]:
-        if session.transcript is None:  # the conversation so far includes anything pending
-            session.transcript = Transcript(
+        record = session.record
+        if record.transcript is None:  # the conversation so far includes anything pending
+            transcript = record.start(
                 self._codec.first_prompt([*session.conversation, *added], tools=tools)
             )
         else:
+            transcript = record.transcript
             new = [*session.pending, *added]
             if new:
-                ids = self._codec.continuation(new, stopped=session.last_stopped)
-                session.transcript.add_env(ids)
-                if session.turns:
-                    last = session.turns[-1]
-                    session.turns[-1] = last.model_copy(
-                        update={"env_tokens": last.env_tokens + len(ids)}
-                    )
+                record.env_reply(self._codec.continuation(new, stopped=session.last_stopped))
         session.pending = []
-        return session.transcript.context()
+        return transcript.context()
 
     async def step(self, session_id: str, action: str) -> SessionStepResult:
         session = self._get(session_id)
         async with session.lock:
             self._check_open(session)
-            started = time.perf_counter()
-            observation, reward, terminated, truncated, info = await aio.astep(session.env, action)
-            env_s = float(info.get("env_s", time.perf_counter() - started))
-            new = _messages(observation)
+            step = await step_env(session.env, action, self._metrics)
             if not session.model_turn_open:  # the agent's own action, not a model turn
                 session.pending.append({"role": "assistant", "content": action})
                 session.conversation.append({"role": "assistant", "content": action})
-            elif session.turns:
-                last = session.turns[-1]
-                session.turns[-1] = last.model_copy(
-                    update={
-                        "reward": float(reward),
-                        "env_s": env_s,
-                        "sandbox_s": float(info.get("sandbox_s", 0.0)),
-                    }
-                )
-            self._metrics.env_step.observe(env_s)
-            session.pending += new
-            session.conversation += new
+            session.record.env_step(step, answers_model_turn=session.model_turn_open)
+            session.pending += step.observation
+            session.conversation += step.observation
             session.model_turn_open = False
-            session.reward += float(reward)
-            session.terminated, session.truncated = bool(terminated), bool(truncated)
-            session.done = session.terminated or session.truncated
-            if info.get("failure") == "infra":
-                session.invalid_reason = f"infrastructure failure: {info.get('error')}"
             session.last_used = self._clock()
             return SessionStepResult(
-                observation=new,
-                reward=float(reward),
-                terminated=session.terminated,
-                truncated=session.truncated,
-                info=_plain(info),
+                observation=step.observation,
+                reward=step.reward,
+                terminated=step.terminated,
+                truncated=step.truncated,
+                info=_plain(step.info),
             )
 
     async def close(self, session_id: str, *, reason: str | None = None) -> SessionClosed:
@@ -214,16 +186,16 @@ class SessionManager:
         self._metrics.sessions.set(len(self._sessions))
         async with session.lock:
             await asyncio.to_thread(session.env.close)
-            if reason is not None and session.invalid_reason is None:
-                session.invalid_reason = reason
+            if reason is not None:
+                session.record.fail(reason)
             return await self._persist(session)
 
     async def _persist(self, session: _Session) -> SessionClosed:
-        if session.transcript is None or not session.turns:
+        if session.record.transcript is None or not session.record.turns:
             return SessionClosed(
                 session_id=session.id, trajectory_id=None, persisted=False, valid=False
             )
-        trajectory = _trajectory(session)
+        trajectory = session.record.trajectory(self._engine.policy_version)
         if trajectory.valid:
             group = TrajectoryGroup(
                 group_id=session.id,
@@ -272,11 +244,13 @@ class SessionManager:
 
     @staticmethod
     def _check_open(session: _Session) -> None:
-        if session.done:
+        if session.record.done:
             raise Conflict(f"session {session.id}'s episode is over; DELETE it to persist it")
 
 
-def _extension(known: list[Message], messages: Sequence[Message]) -> list[Message]:
+def _extension(
+    known: list[TemplateMessage], messages: Sequence[TemplateMessage]
+) -> list[TemplateMessage]:
     """The messages after ``known``; ``TranscriptMismatch`` if ``messages`` diverge from it."""
     if len(messages) < len(known):
         raise TranscriptMismatch(
@@ -292,50 +266,6 @@ def _extension(known: list[Message], messages: Sequence[Message]) -> list[Messag
     return [{"role": m["role"], "content": m.get("content") or ""} for m in messages[len(known) :]]
 
 
-def _messages(observation: Any) -> list[Message]:
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in observation]
-
-
 def _plain(info: dict[str, Any]) -> dict[str, object]:
     """The JSON-friendly part of an info dict."""
     return {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool, type(None)))}
-
-
-def _model_turn(index: int, context: list[int], generation: Generation) -> TurnRecord:
-    return TurnRecord(
-        index=index,
-        policy_version=generation.policy_version,
-        context_tokens=len(context),
-        completion_tokens=len(generation.token_ids),
-        env_tokens=0,
-        cached_tokens=generation.cached_tokens,
-        finish_reason=generation.finish_reason,
-        model_s=generation.model_s,
-        queue_s=generation.queue_s,
-    )
-
-
-def _trajectory(session: _Session) -> Trajectory:
-    transcript = session.transcript
-    assert transcript is not None
-    versions = [t.policy_version for t in session.turns]
-    return Trajectory(
-        id=uuid.uuid4().hex,
-        group_id=session.id,
-        env_id=session.request.env_id,
-        task_seed=session.request.seed,
-        source="session",
-        prompt_ids=transcript.prompt_ids,
-        completion_ids=transcript.completion_ids,
-        logprobs=transcript.logprobs,
-        loss_mask=transcript.loss_mask,
-        reward=session.reward,
-        terminated=session.terminated,
-        truncated=session.truncated or not session.done,
-        valid=session.invalid_reason is None,
-        invalid_reason=session.invalid_reason,
-        min_version=min(versions),
-        max_version=max(versions),
-        turns=session.turns,
-        created_at=time.time(),
-    )

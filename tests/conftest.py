@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
     """The default model made by the set-up (`rollgym model init`)."""
-    from rollgym.paths import default_model_dir
+    from rollgym.contract.paths import default_model_dir
 
     path = default_model_dir()
     if not (path / "config.json").is_file():

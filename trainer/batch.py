@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from rollgym.server.wire import Trajectory, TrajectoryGroup
+from rollgym.contract.wire import Trajectory, TrajectoryGroup
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The trainer's HTTP client of the rollout server: the only way the trainer reaches it.
 
-Bodies are the pydantic models of ``server.wire`` (and, for the dashboard's step reports,
-``server.dashboard.schema``; both import nothing of the server's machinery); httpx and validation errors are translated
+Bodies are the pydantic models of ``rollgym.contract`` (``wire``, and ``dashboard`` for the
+step reports), which import nothing of the server; httpx and validation errors are translated
 here into ``trainer.errors`` (see that module for the tree). The client is synchronous
 because TRL's training loop is.
 
@@ -23,10 +23,13 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from rollgym.server.dashboard.schema import TrainerAccepted, TrainerReport
-from rollgym.server.wire import (
+from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
+from rollgym.contract.wire import (
     AckRequest,
+    AckResponse,
     ErrorBody,
+    ErrorCode,
+    Health,
     PolicyInfo,
     PullRequest,
     PullResponse,
@@ -38,7 +41,7 @@ from rollgym.trainer.config import ClientConfig
 from rollgym.trainer.errors import (
     AuthError,
     ProtocolError,
-    ServerError,
+    ServerReplyError,
     ServerUnavailable,
     VersionConflict,
 )
@@ -81,18 +84,10 @@ class ServerClient:
 
     def policy_version(self) -> int:
         """The version the server samples with now (``GET /health``)."""
-        body = self._json(self._send("GET", "/health"))
-        version = body.get("policy_version") if isinstance(body, dict) else None
-        if not isinstance(version, int):
-            raise ProtocolError(f"/health answered without an integer policy_version: {body!r}")
-        return version
+        return self._model(Health, self._send("GET", "/health")).policy_version
 
     def policy(self) -> PolicyInfo:
         return self._model(PolicyInfo, self._send("GET", "/v1/policy"))
-
-    def metrics_text(self) -> str:
-        """The Prometheus exposition of ``/metrics``."""
-        return self._send("GET", "/metrics").text
 
     def wait_until_ready(self, timeout_s: float, *, poll_s: float = 0.25) -> int:
         """Poll ``/health`` until the server answers; return its policy version."""
@@ -122,21 +117,16 @@ class ServerClient:
         if not group_ids:
             return 0
         body = AckRequest(group_ids=list(group_ids)).model_dump(mode="json")
-        answer = self._json(self._send("POST", "/admin/buffer/ack", json=body))
-        acked = answer.get("acked") if isinstance(answer, dict) else None
-        if not isinstance(acked, int):
-            raise ProtocolError(
-                f"/admin/buffer/ack answered without an integer 'acked': {answer!r}"
-            )
-        return acked
+        return self._model(AckResponse, self._send("POST", "/admin/buffer/ack", json=body)).acked
 
     # --- weights and rollout jobs -------------------------------------------------------
 
     def push_weights(self, data: bytes, *, expected_version: int | None) -> WeightUpdateResult:
         """Upload safetensors bytes; the server applies them and bumps its version by one.
 
-        With ``expected_version`` the server refuses (409, ``VersionConflict``) unless it is
-        at that version, so two writers can never interleave unnoticed.
+        With ``expected_version`` the server refuses (409 ``version_mismatch``, raised here as
+        ``VersionConflict``) unless it is at that version, so two writers can never
+        interleave unnoticed.
         """
         headers = {"Content-Type": "application/octet-stream"}
         if expected_version is not None:
@@ -195,13 +185,6 @@ class ServerClient:
         raise _error_from(response)
 
     @staticmethod
-    def _json(response: httpx.Response) -> object:
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ProtocolError(f"{response.request.url.path}: answer is not JSON") from exc
-
-    @staticmethod
     def _model(model: type[M], response: httpx.Response) -> M:
         try:
             return model.model_validate_json(response.content)
@@ -211,16 +194,16 @@ class ServerClient:
             ) from exc
 
 
-def _error_from(response: httpx.Response) -> ServerError:
-    """Translate a non-2xx answer (an ``ErrorBody``, or anything else) into a ``ServerError``."""
+def _error_from(response: httpx.Response) -> ServerReplyError:
+    """Translate a non-2xx answer (an ``ErrorBody``, or anything else) into a ``ServerReplyError``."""
     try:
         body = ErrorBody.model_validate_json(response.content)
         code, message = body.error, body.message
     except ValidationError:
-        code, message = "http_error", response.text[:500]
+        code, message = ErrorCode.HTTP_ERROR, response.text[:500]
     status = response.status_code
     if status in (401, 403):
         return AuthError(status, code, message)
-    if status == 409:
+    if code == ErrorCode.VERSION_MISMATCH:
         return VersionConflict(status, code, message)
-    return ServerError(status, code, message)
+    return ServerReplyError(status, code, message)

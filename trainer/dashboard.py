@@ -14,9 +14,9 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from rollgym.server.dashboard.schema import TrainerReport
+from rollgym.contract.dashboard import TrainerReport
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.errors import ServerError
+from rollgym.trainer.errors import ServerReplyError
 from rollgym.trainer.progress import RunProgress
 
 
@@ -45,7 +45,7 @@ class DashboardCallback(TrainerCallback):
         report = TrainerReport(**self.progress.steps[-1].model_dump(), busy_spans=spans)
         try:
             self.client.report_step(report)
-        except ServerError as exc:
+        except ServerReplyError as exc:
             if exc.status != 404:
                 raise
             self.enabled = False

@@ -4,10 +4,11 @@
 
     TrainerError
     ├── TrainerConfigError(TrainerError, ValueError)  a config value is wrong (says how to fix it)
-    ├── ServerError(TrainerError)                     the server answered with an error body
-    │   ├── AuthError(ServerError)                    401/403: missing or wrong admin token
-    │   └── VersionConflict(ServerError)              409: the server is not at the expected
-    │                                                 policy version (another writer, or a restart)
+    ├── ServerReplyError(TrainerError)                the server answered with an error body
+    │   ├── AuthError(ServerReplyError)               401/403: missing or wrong admin token
+    │   └── VersionConflict(ServerReplyError)         409 version_mismatch: the server is not at
+    │                                                 the expected policy version (another
+    │                                                 writer, or a restart)
     ├── ServerUnavailable(TrainerError, ConnectionError)  no answer: not started, died, timed out
     ├── ProtocolError(TrainerError)                   an answer that does not fit the wire schema
     ├── StarvedError(TrainerError, TimeoutError)      no trainable group arrived in time
@@ -27,7 +28,7 @@ class TrainerConfigError(TrainerError, ValueError):
     """A configuration value is invalid; the message says which and how to fix it."""
 
 
-class ServerError(TrainerError):
+class ServerReplyError(TrainerError):
     """The server answered with an error: ``status`` and its ``ErrorBody`` code and message."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -37,11 +38,11 @@ class ServerError(TrainerError):
         self.message = message
 
 
-class AuthError(ServerError):
+class AuthError(ServerReplyError):
     """The admin token is missing (401) or wrong (403)."""
 
 
-class VersionConflict(ServerError):
+class VersionConflict(ServerReplyError):
     """The server's policy version is not the one the trainer expected (409)."""
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.errors import StarvedError
 from rollgym.trainer.progress import succeeded

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollgym.server.wire import PullRequest, TrajectoryGroup
+from rollgym.contract.wire import PullRequest, TrajectoryGroup
 from rollgym.trainer.batch import build_batch
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from rollgym.server.wire import Trajectory, TrajectoryGroup
+from rollgym.contract.staleness import staleness
+from rollgym.contract.wire import Trajectory, TrajectoryGroup
 from rollgym.trainer.stages import STAGES, Stage, StageShare, StageTimeline
-from rollgym.trainer.window import staleness
 
 _LATENCY_SAMPLES = 20_000
 

@@ -1,6 +1,6 @@
 """Where the wall time goes: the loop's four stages as busy spans on one clock.
 
-The loop has four stages (design.md): **sampling** (the engine generating), **environment**
+The loop has four stages (README.md, "Architecture"): **sampling** (the engine generating), **environment**
 (env steps, sandbox included), **buffer** (finished trajectories waiting for the trainer) and
 **training** (the trainer computing, pushing weights, checkpointing). Each stage is *busy*
 while at least one of its spans covers the moment, and *waiting* otherwise, so over a window
@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Literal
 
-from rollgym.server.wire import Trajectory
+from rollgym.contract.wire import Trajectory
 
 Stage = Literal["sampling", "environment", "buffer", "training"]
 STAGES: tuple[Stage, ...] = ("sampling", "environment", "buffer", "training")

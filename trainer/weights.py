@@ -16,7 +16,7 @@ import time
 import torch
 from safetensors.torch import save as safetensors_bytes
 
-from rollgym.server.wire import WeightUpdateResult
+from rollgym.contract.wire import WeightUpdateResult
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.errors import ProtocolError
 

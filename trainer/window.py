@@ -1,16 +1,7 @@
-"""The staleness window and the other checks a pulled group must pass before training.
+"""The checks a pulled group must pass before training, the staleness window first.
 
-A trainer whose weights are policy version ``V`` trains on a group only if every turn of it
-was sampled recently enough::
-
-    staleness = V - group.min_version           # versions between sampling and training
-    fresh     = 0 <= staleness <= max_staleness # 0: on-policy only (synchronous mode)
-
-A negative staleness (a group "from the future") only happens when the server's version
-numbering restarted under the trainer (a server restart without its version): such a group
-cannot be placed on this run's policy lineage, so it counts as stale too.
-
-The server already filters by this rule when it answers a pull; the trainer checks again
+The window (``rollgym.contract.staleness.is_fresh``): a trainer at policy version ``V``
+trains on a group only if ``0 <= V - group.min_version <= max_staleness``. The server already filters by this rule when it answers a pull; the trainer checks again
 (its version may have moved after the request left) and also drops groups it has trained
 on before (a lease re-delivered after a restart), groups larger than ``group_size`` or
 empty, and groups with an empty completion. Every drop is counted. A group may be smaller
@@ -23,17 +14,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container, Sequence
 
-from rollgym.server.wire import TrajectoryGroup
-
-
-def staleness(trainer_version: int, min_version: int) -> int:
-    """How many policy versions the trainer has moved on since the oldest turn was sampled."""
-    return trainer_version - min_version
-
-
-def is_fresh(trainer_version: int, min_version: int, max_staleness: int) -> bool:
-    """The window rule: ``0 <= trainer_version - min_version <= max_staleness``."""
-    return 0 <= staleness(trainer_version, min_version) <= max_staleness
+from rollgym.contract.staleness import is_fresh
+from rollgym.contract.wire import TrajectoryGroup
 
 
 @dataclasses.dataclass(frozen=True)

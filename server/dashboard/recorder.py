@@ -27,10 +27,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from rollgym.server.config import DashboardConfig
-from rollgym.server.dashboard.intervals import IntervalSet
-from rollgym.server.dashboard.quantiles import Buckets, difference, quantile, total
-from rollgym.server.dashboard.schema import (
+from rollgym.contract.dashboard import (
     STAGE_NAMES,
     Percentiles,
     RewardPoint,
@@ -39,8 +36,12 @@ from rollgym.server.dashboard.schema import (
     StageTotals,
     TrainerReport,
 )
+from rollgym.contract.staleness import oldest_fresh_version, staleness
+from rollgym.contract.wire import Trajectory, TrajectoryGroup
+from rollgym.server.config import DashboardConfig
+from rollgym.server.dashboard.intervals import IntervalSet
+from rollgym.server.dashboard.quantiles import Buckets, difference, quantile, total
 from rollgym.server.policy import Generation
-from rollgym.server.wire import Trajectory, TrajectoryGroup
 
 MODEL, ENVIRONMENT = "model", "environment"
 
@@ -134,8 +135,8 @@ class DashboardRecorder:
             )
             self._add("buffer", since, now)
             for trajectory in group.trajectories:
-                self.lag_counts[trainer_version - trajectory.min_version] += 1
-        oldest_kept = trainer_version - max_staleness
+                self.lag_counts[staleness(trainer_version, trajectory.min_version)] += 1
+        oldest_kept = oldest_fresh_version(trainer_version, max_staleness)
         for group_id, (since, min_version) in list(self._waiting_groups.items()):
             if min_version < oldest_kept:
                 self._add("buffer", since, now)

@@ -20,7 +20,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from rollgym.server.dashboard.schema import DashboardData, TrainerAccepted, TrainerReport
+from rollgym.contract.dashboard import DashboardData, TrainerAccepted, TrainerReport
 from rollgym.server.errors import NotFound
 from rollgym.server.routes.deps import ServicesDep, require_admin
 

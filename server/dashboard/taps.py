@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import Leased, TrajectoryBuffer
 from rollgym.server.config import BufferConfig
 from rollgym.server.dashboard.recorder import DashboardRecorder
-from rollgym.server.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
 
 
 class ObservedBuffer(TrajectoryBuffer):

@@ -15,11 +15,11 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import InFlightPolicy
 from rollgym.server.errors import NotEnabled
 from rollgym.server.policy import FinishReason, Generation
 from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
-from rollgym.server.wire import SamplingSettings
 
 Script = Callable[[Sequence[int]], Sequence[int]]
 FAKE_MANIFEST: Manifest = {"model.embed_tokens.weight": TensorSpec("F32", (8, 4))}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rollgym.contract.wire import SamplingSettings
 from rollgym.server.policy import Generation, PolicyEngine
-from rollgym.server.wire import SamplingSettings
 
 GenerationObserver = Callable[[Generation], None]
 

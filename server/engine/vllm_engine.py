@@ -25,12 +25,12 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import EngineConfig, InFlightPolicy
 from rollgym.server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
 from rollgym.server.policy import FinishReason, Generation
 from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights
 from rollgym.server.weights.safetensors_check import TORCH_DTYPE, checkpoint_files, read_manifest
-from rollgym.server.wire import SamplingSettings
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM

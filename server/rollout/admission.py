@@ -1,9 +1,9 @@
 """Admission control from the staleness window: never make samples bound to be dropped.
 
-A trainer at version V takes a trajectory only if ``V - min_version <= max_staleness``, and
-it consumes ``batch`` groups per version. So at most ``(max_staleness + 1) x batch`` groups
-can still be trained on when they are made; anything beyond that would wait in the buffer
-until it went stale. The gate therefore admits a new group only while::
+At most ``window_capacity(max_staleness, batch) = (max_staleness + 1) x batch`` groups can
+still be trained on when they are made (``rollgym.contract.staleness``); anything beyond that
+would wait in the buffer until it went stale. The gate therefore admits a new group only
+while::
 
     buffered + in_flight / oversample + 1 / oversample <= (max_staleness + 1) x batch
 
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+from rollgym.contract.staleness import window_capacity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,17 +39,14 @@ class AdmissionGate:
     oversample: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.max_staleness < 0:
-            raise ValueError("max_staleness must be >= 0")
-        if self.batch_groups < 1:
-            raise ValueError("batch_groups must be >= 1")
+        window_capacity(self.max_staleness, self.batch_groups)  # checks both
         if self.oversample < 1.0:
             raise ValueError("oversample must be >= 1.0")
 
     @property
     def capacity(self) -> int:
-        """``(max_staleness + 1) x batch``: groups that can still be trained on when made."""
-        return (self.max_staleness + 1) * self.batch_groups
+        """The window's capacity in groups (``rollgym.contract.staleness``)."""
+        return window_capacity(self.max_staleness, self.batch_groups)
 
     def room(self, in_flight: int, buffered: int) -> int:
         """How many more groups may start now (never negative)."""

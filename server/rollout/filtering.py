@@ -13,7 +13,7 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-from rollgym.server.wire import Trajectory
+from rollgym.contract.wire import Trajectory
 
 
 class Verdict(enum.Enum):

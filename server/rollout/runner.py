@@ -21,6 +21,7 @@ import random
 import statistics
 import uuid
 
+from rollgym.contract.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.config import RunnerConfig
 from rollgym.server.metrics import ServerMetrics
@@ -29,7 +30,6 @@ from rollgym.server.rollout.environments import EnvFactory
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict
 from rollgym.server.rollout.ordering import SeedSchedule
-from rollgym.server.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
 
 logger = logging.getLogger(__name__)
 _IDLE_POLL_S = 0.25  # re-check the window this often while it is full (pulls free room)
@@ -207,14 +207,10 @@ class RolloutRunner:
         self._episodes_running += 1
         self._metrics.inflight.inc()
         try:
-            trajectory = await self._episodes.run(spec)
+            return await self._episodes.run(spec)
         finally:
             self._episodes_running -= 1
             self._metrics.inflight.dec()
-        for turn in trajectory.turns:
-            self._metrics.env_step.observe(turn.env_s)
-            self._metrics.sandbox.observe(turn.sandbox_s)
-        return trajectory
 
     async def close(self) -> None:
         await self.stop()

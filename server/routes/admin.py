@@ -7,10 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request
 
-from rollgym.server.errors import BadRequest
-from rollgym.server.routes.deps import ServicesDep, require_admin
-from rollgym.server.weights.base import NcclWeights
-from rollgym.server.wire import (
+from rollgym.contract.wire import (
     AckRequest,
     AckResponse,
     NcclInit,
@@ -23,6 +20,9 @@ from rollgym.server.wire import (
     WeightsFromPath,
     WeightUpdateResult,
 )
+from rollgym.server.errors import BadRequest
+from rollgym.server.routes.deps import ServicesDep, require_admin
+from rollgym.server.weights.base import NcclWeights
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from rollgym.server.metrics import CONTENT_TYPE
-from rollgym.server.routes.deps import ServicesDep
-from rollgym.server.wire import (
+from rollgym.contract.wire import (
     Health,
     PolicyInfo,
     SessionClosed,
@@ -15,6 +13,8 @@ from rollgym.server.wire import (
     SessionStep,
     SessionStepResult,
 )
+from rollgym.server.metrics import CONTENT_TYPE
+from rollgym.server.routes.deps import ServicesDep
 
 router = APIRouter()
 

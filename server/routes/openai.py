@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
+from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec
 from rollgym.server.errors import BadRequest
 from rollgym.server.policy import Generation
@@ -31,7 +32,6 @@ from rollgym.server.routes.openai_schema import (
     TokenLogprob,
     usage,
 )
-from rollgym.server.wire import SamplingSettings
 
 router = APIRouter(prefix="/v1")
 VERSION_HEADER = "X-Policy-Version"

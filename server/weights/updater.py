@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from rollgym.contract.wire import WeightUpdateResult
 from rollgym.server.errors import (
     NotFound,
     ServerError,
@@ -35,7 +36,6 @@ from rollgym.server.errors import (
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights.base import NcclWeights, StagedWeights, WeightTarget
 from rollgym.server.weights.safetensors_check import check_announced, checkpoint_files, stage
-from rollgym.server.wire import WeightUpdateResult
 
 _WRITE_CHUNK = 4 << 20  # buffer the body into writes of this size, each off the loop
 

@@ -22,10 +22,10 @@ import httpx
 import pytest
 from PIL import Image
 
-from rollgym.server.dashboard.schema import TrainerReport
-from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.contract.dashboard import TrainerReport
+from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.run.server_process import ServerProcess
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.server_process import ServerProcess
 
 STEPS = 3
 STAGES = ("sampling", "environment", "buffer", "training")

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import torch
 
+from rollgym.contract.wire import PullResponse, RolloutStatus, Trajectory, TrajectoryGroup
 from rollgym.server.chat import ChatCodec
-from rollgym.server.wire import PullResponse, RolloutStatus, Trajectory, TrajectoryGroup
 
 TOKEN = "e2e-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

@@ -14,13 +14,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.run.server_process import ServerProcess
 from rollgym.trainer.checkpoint import latest_checkpoint
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import ServerUnavailable
 from rollgym.trainer.loop import train
-from rollgym.trainer.server_process import ServerProcess
 from rollgym.trainer.weights import WeightPusher
 
 GROUP_SIZE, GROUPS = 4, 2

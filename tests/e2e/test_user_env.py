@@ -31,8 +31,7 @@ async def episode(env_id, seed, right):
         action = word[::-1] if right else "no idea"
         obs, reward, terminated, truncated, info = await astep(env, action)
         steps.append({"obs": list(obs), "reward": reward, "terminated": terminated,
-                      "truncated": truncated, "failure": info["failure"],
-                      "timed": info["env_s"] >= 0.0})
+                      "truncated": truncated, "failure": info["failure"]})
         if terminated or truncated:
             env.close()
             return {"opening": list(opening), "steps": steps}
@@ -79,7 +78,7 @@ def test_an_installed_user_env_is_served_without_changes_to_rollgym(
         assert result["opening"][0]["role"] == "user"
         assert result["opening"][0]["content"].startswith("Spell this word backwards:")
         steps = result["steps"]
-        assert all(step["failure"] is None and step["timed"] for step in steps)
+        assert all(step["failure"] is None for step in steps)
         if seed % 2 == 0:  # the right answer: one step, reward 1, terminated
             assert [(s["reward"], s["terminated"]) for s in steps] == [(1.0, True)]
             assert steps[0]["obs"] == [{"role": "user", "content": "Correct."}]

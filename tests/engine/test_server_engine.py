@@ -14,13 +14,13 @@ import pytest
 import pytest_asyncio
 import torch
 
+from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig
 from rollgym.server.engine.vllm_engine import VLLMEngine
 from rollgym.server.errors import BadWeights
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights.updater import WeightUpdater
-from rollgym.server.wire import SamplingSettings
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=24)

@@ -6,12 +6,12 @@ import asyncio
 import time
 
 import pytest
-from test_server_fakes import ADMIN, engine_factory, guessing_script, in_process, settings
+from server_fakes import ADMIN, engine_factory, guessing_script, in_process, settings
 
+from rollgym.contract.dashboard import DashboardData, TrainerReport
 from rollgym.server.app import create_app
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import DashboardConfig
-from rollgym.server.dashboard.schema import DashboardData, TrainerReport
 from rollgym.server.engine.fake import FakeEngine
 
 GUESS = "rollgym/GuessNumber-v0"

@@ -8,12 +8,12 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
+from rollgym.contract.dashboard import TrainerReport
+from rollgym.contract.wire import Trajectory, TrajectoryGroup, TurnRecord
 from rollgym.server.config import DashboardConfig
 from rollgym.server.dashboard.intervals import IntervalSet
 from rollgym.server.dashboard.quantiles import difference, quantile, read_buckets, total
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading, env_spans
-from rollgym.server.dashboard.schema import TrainerReport
-from rollgym.server.wire import Trajectory, TrajectoryGroup, TurnRecord
 from rollgym.trainer.stages import covered as trainer_covered
 
 # --- IntervalSet ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def test_the_documented_sandboxed_env_runs_as_written() -> None:
         assert (reward, terminated) == (0.0, False)
         _, reward, terminated, _, info = env.step("```bash\ncat secret.txt\n```")
         assert (reward, terminated) == (1.0, True)
-        assert info["sandbox_s"] > 0.0
+        assert env.get_wrapper_attr("sandbox_s") > 0.0
         env.close()
     del gymnasium.registry["mine/EchoWord-v0"]
     with pytest.raises(gymnasium.error.Error):

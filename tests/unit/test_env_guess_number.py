@@ -17,8 +17,6 @@ from rollgym.envs.guess_number import (
 from rollgym.envs.messages import assistant
 
 INFO_KEYS = {
-    "env_s",
-    "sandbox_s",
     "failure",
     "error",
     "turn",
@@ -46,8 +44,7 @@ def test_reset_gives_system_and_user_messages_and_the_task_id() -> None:
     obs, info = env.reset(options={"task_id": "guess-11"})
     assert [m["role"] for m in obs] == ["system", "user"]
     assert "1 to 16" in obs[1]["content"]
-    assert info["task_id"] == "guess-11"
-    assert {"env_s", "sandbox_s"} <= info.keys()
+    assert info == {"task_id": "guess-11"}  # no wall-clock time: infos are deterministic
     with pytest.raises(TaskNotFound):
         env.reset(options={"task_id": "guess-99"})
 
@@ -60,7 +57,7 @@ def test_step_returns_only_the_new_feedback_with_the_contract_info() -> None:
     assert (reward, terminated, truncated) == (0.0, False, False)
     assert info.keys() == INFO_KEYS
     assert info["failure"] is None and info["error"] is None
-    assert info["env_s"] >= info["sandbox_s"] == 0.0
+    assert env.get_wrapper_attr("sandbox_s") == 0.0  # no box: no sandbox time
     obs, reward, terminated, _, info = env.step("My guess is 11")
     assert obs[0]["content"] == "Correct!"
     assert terminated and reward == pytest.approx(0.95)

@@ -77,7 +77,7 @@ def test_a_module_colon_id_is_imported_and_adapted_to_chat(user_paths) -> None:
     assert isinstance(env.action_space, ChatText)
     obs, info = env.reset(seed=0)
     assert obs == ({"role": "user", "content": "Say hello."},)
-    assert info["user_key"] == 1 and info["sandbox_s"] == 0.0
+    assert info == {"user_key": 1}
     obs, reward, terminated, truncated, info = env.step("héllo 👋 — hello!")
     assert obs == ({"role": "user", "content": "Well done."},)
     assert (reward, terminated, truncated) == (1.0, True, False)
@@ -133,4 +133,4 @@ async def test_user_envs_run_under_asyncio(user_paths) -> None:
     assert obs[0]["content"] == "Say hello."
     obs, reward, terminated, _, info = await astep(env, "hello")
     assert (reward, terminated) == (1.0, True)
-    assert {"env_s", "sandbox_s", "failure", "error"} <= info.keys()
+    assert {"failure", "error"} <= info.keys()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_server_fakes import (
+from server_fakes import (
     ADMIN,
     engine_factory,
     in_process,
@@ -13,11 +13,7 @@ from test_server_fakes import (
     settings,
 )
 
-from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import SessionConfig
-from rollgym.server.engine.fake import FakeEngine, fake_logprob
-from rollgym.server.wire import (
+from rollgym.contract.wire import (
     PullResponse,
     RolloutStatus,
     SessionClosed,
@@ -25,6 +21,10 @@ from rollgym.server.wire import (
     SessionStepResult,
     WeightUpdateResult,
 )
+from rollgym.server.app import create_app
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import SessionConfig
+from rollgym.server.engine.fake import FakeEngine, fake_logprob
 
 GUESS = "rollgym/GuessNumber-v0"
 ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from rollgym.contract.wire import PullRequest, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
-from rollgym.server.wire import PullRequest, Trajectory, TrajectoryGroup
 
 
 class Clock:

@@ -6,8 +6,9 @@ import asyncio
 import random
 
 import pytest
-from test_server_fakes import SCRIPTED, ScriptedEnvs, guessing_script
+from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script
 
+from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, RunnerConfig
@@ -16,7 +17,6 @@ from rollgym.server.errors import NotFound
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.wire import PullRequest, RolloutJob, SamplingSettings
 
 GUESS = "rollgym/GuessNumber-v0"
 
@@ -75,12 +75,14 @@ async def test_a_trajectory_holds_the_sampled_ids_and_masks_the_env(codec) -> No
 
 
 async def test_turn_records_carry_env_and_sandbox_time(codec) -> None:
+    """The server times the step itself and reads the env's sandbox share beside ``info``."""
     envs = ScriptedEnvs(turns=1, latency_s=0.02)
     trajectory = await EpisodeRunner(
         FakeEngine(answer(codec, "1")), codec, envs, max_model_len=512
     ).run(spec())
     [turn] = trajectory.turns
-    assert turn.env_s >= 0.02 and turn.sandbox_s == pytest.approx(turn.env_s / 2)
+    assert turn.env_s >= 0.02
+    assert 0.01 <= turn.sandbox_s <= turn.env_s / 2  # the fake claims half its own sleep
     assert turn.context_tokens == len(trajectory.prompt_ids)
 
 
@@ -226,7 +228,7 @@ async def test_a_weight_update_mid_rollout_is_visible_in_versions(codec, buffer)
     engine = FakeEngine(answer(codec, "3"), latency_s=0.02)
     sampler, _ = runner(codec, engine, envs, buffer)
     await sampler.start(RolloutJob(env_id=SCRIPTED, group_size=2, groups_per_batch=4))
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: len(engine.prompts) >= 1)  # first turns under way on version 0
     await engine.swap_weights(None)  # type: ignore[arg-type]
     await wait_for(lambda: buffer.depth.ready >= 4)
     await sampler.stop()

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import torch
 from safetensors.torch import save
-from test_server_fakes import safetensors_bytes
+from server_fakes import safetensors_bytes
 
 from rollgym.server.engine.fake import FAKE_MANIFEST, FakeEngine
 from rollgym.server.errors import (

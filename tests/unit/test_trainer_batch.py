@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from test_trainer_fakes import ENV_TOKENS, PROMPT, make_trajectory, random_group
+from trainer_fakes import ENV_TOKENS, PROMPT, make_trajectory, random_group
 
-from rollgym.server.wire import TrajectoryGroup
+from rollgym.contract.wire import TrajectoryGroup
 from rollgym.trainer.batch import build_batch
 from rollgym.trainer.rewards import trajectory_return
 

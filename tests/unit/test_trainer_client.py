@@ -7,15 +7,15 @@ import random
 import httpx
 import pytest
 import torch
-from test_trainer_fakes import FakeServer, random_group
+from trainer_fakes import FakeServer, random_group
 
-from rollgym.server.wire import PullRequest, RolloutJob
+from rollgym.contract.wire import PullRequest, RolloutJob
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import ClientConfig
 from rollgym.trainer.errors import (
     AuthError,
     ProtocolError,
-    ServerError,
+    ServerReplyError,
     ServerUnavailable,
     TrainerError,
     VersionConflict,
@@ -115,7 +115,7 @@ def test_error_bodies_become_server_errors_with_code_and_message() -> None:
     body = {"error": "bad_request", "message": "num_groups too large"}
     with (
         _mock(lambda r: httpx.Response(422, json=body)) as client,
-        pytest.raises(ServerError) as error,
+        pytest.raises(ServerReplyError) as error,
     ):
         client.pull(PullRequest(trainer_version=0, max_staleness=0, num_groups=1))
     assert (error.value.status, error.value.code) == (422, "bad_request")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_trainer_fakes import FakeServer, random_group
+from trainer_fakes import FakeServer, random_group
 
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import StarvedError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer_fakes import (
+from trainer_fakes import (
     ENV_TOKENS,
     GOOD_TOKEN,
     FakeServer,
@@ -21,10 +21,10 @@ from test_trainer_fakes import (
 )
 from transformers import AutoModelForCausalLM
 
-from rollgym.server.wire import TrajectoryGroup
+from rollgym.contract.wire import TrajectoryGroup
 from rollgym.trainer.checkpoint import latest_checkpoint, read_state
 from rollgym.trainer.config import TrainerConfig
-from rollgym.trainer.errors import ServerError
+from rollgym.trainer.errors import ServerReplyError
 from rollgym.trainer.loop import train
 
 
@@ -192,7 +192,7 @@ def test_resume_restores_weights_and_version_and_trains_no_group_twice(
 
     # Step 3 is checkpointed, then the process dies before the server sees the ack...
     fake.acks_before_failure = 1  # the resumed ledger's ack at start goes through
-    with pytest.raises(ServerError, match="ack lost"):
+    with pytest.raises(ServerReplyError, match="ack lost"):
         train(config(3), fake.client(), default_model_dir, printer=None)
     fake.acks_before_failure = None
     checkpoint3 = latest_checkpoint(tmp_path / "run")

@@ -6,19 +6,23 @@ import random
 from pathlib import Path
 
 import pytest
-from test_trainer_fakes import random_group
-from transformers import AutoTokenizer
+from trainer_fakes import random_group
 
+from rollgym.contract.wire import SamplingSettings
 from rollgym.envs.guess_demos import demonstrations
+from rollgym.run.pipeline import RunConfig
+from rollgym.run.plot import moving_average, write_report_png
+from rollgym.run.warmstart import tokenize_conversation
+from rollgym.server.chat import ChatCodec
+from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.rollout.environments import RegistryEnvs
+from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.trainer.checkpoint import DropCounts
 from rollgym.trainer.config import parse_config
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import success_rate, wilson_interval
 from rollgym.trainer.loop import TrainResult
-from rollgym.trainer.pipeline import RunConfig
-from rollgym.trainer.plot import moving_average, write_report_png
 from rollgym.trainer.progress import StepRecord
-from rollgym.trainer.warmstart import tokenize_conversation
 
 
 def test_run_config_ties_the_job_to_the_trainer(tmp_path) -> None:
@@ -61,16 +65,40 @@ def test_success_counts_terminated_positive_episodes_only() -> None:
 
 
 def test_warm_start_trains_on_the_guesses_and_end_of_turn_only(default_model_dir) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    codec = ChatCodec.from_model_dir(default_model_dir)
     conversation = demonstrations(1, seed=5, noise=1.0)[0]
-    example = tokenize_conversation(tokenizer, conversation)
+    example = tokenize_conversation(codec, conversation)
     ids, mask = example["input_ids"], example["assistant_masks"]
     guesses = [m["content"] for m in conversation if m["role"] == "assistant"]
-    trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    trained = codec.tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     assert trained == "".join(f"{g}<|im_end|>" for g in guesses)
-    # the ids spell the chat template's rendering (up to the last guess), segment by segment
-    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
-    assert rendered.startswith(tokenizer.decode(ids))
+    # the ids spell the chat template's rendering (up to the last guess)
+    rendered = codec.tokenizer.apply_chat_template(conversation, tokenize=False)
+    assert rendered.startswith(codec.tokenizer.decode(ids))
+
+
+async def test_warm_start_ids_are_the_ids_of_a_server_episode(default_model_dir) -> None:
+    """The SFT example of a demonstration and the rollout server's trajectory of the same
+    play are the same id stream, with the same mask."""
+    codec = ChatCodec.from_model_dir(default_model_dir)
+    task = {"low": 1, "high": 8}
+    conversation = demonstrations(1, seed=11, noise=1.0, max_turns=3, **task)[0]
+    example = tokenize_conversation(codec, conversation)
+    guesses = iter([m["content"] for m in conversation if m["role"] == "assistant"])
+    engine = FakeEngine(lambda prompt: [*codec.encode(next(guesses)), codec.eos_id])
+    episodes = EpisodeRunner(engine, codec, RegistryEnvs(lambda: None), max_model_len=4096)
+    spec = EpisodeSpec(
+        env_id="rollgym/GuessNumber-v0",
+        env_kwargs=task,
+        task_seed=11,
+        group_id="g",
+        sampling=SamplingSettings(max_tokens=16),
+        max_turns=3,
+    )
+    trajectory = await episodes.run(spec)
+    assert trajectory.valid
+    assert [*trajectory.prompt_ids, *trajectory.completion_ids] == example["input_ids"]
+    assert [0] * len(trajectory.prompt_ids) + trajectory.loss_mask == example["assistant_masks"]
 
 
 def test_moving_average_and_report_png(tmp_path: Path) -> None:

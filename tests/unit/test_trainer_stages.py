@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_trainer_fakes import make_trajectory
+from trainer_fakes import make_trajectory
 
 from rollgym.trainer.stages import StageTimeline, covered, episode_spans
 

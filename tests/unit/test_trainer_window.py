@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
-from test_trainer_fakes import make_trajectory, random_group
+from trainer_fakes import make_trajectory, random_group
 
-from rollgym.server.wire import TrajectoryGroup
-from rollgym.trainer.window import is_fresh, select_groups, staleness
+from rollgym.contract.staleness import is_fresh, staleness
+from rollgym.contract.wire import TrajectoryGroup
+from rollgym.trainer.window import select_groups
 
 
 def test_window_rule_keeps_exactly_max_staleness_versions() -> None:

@@ -1,22 +1,23 @@
 """The wire schema: every body that crosses the server's HTTP boundary, as pydantic models.
 
 This module is the contract between the rollout server and its clients (the trainer,
-external agents, dashboards). It imports nothing from the rest of ``server`` and nothing
-heavy, so the trainer can depend on it without pulling in vLLM.
+external agents, dashboards); like the rest of ``rollgym.contract`` it imports nothing of
+the server, so the trainer can depend on it without pulling in vLLM.
 
-Token contract (see design.md): a trajectory holds the exact sampled token ids, their
+Token contract: a trajectory holds the exact sampled token ids, their
 behaviour logprobs and a loss mask. ``prompt_ids`` is the first prompt (system + first
 observation); ``completion_ids`` is everything after it, model and environment tokens
 interleaved in the order they entered the context; ``logprobs`` and ``loss_mask`` align
 with ``completion_ids`` (environment tokens: mask 0, logprob 0.0).
 
 Version contract: every turn records the policy version that generated it; a trajectory
-carries the lowest and highest (``min_version``/``max_version``). A trainer at version V
-takes a trajectory only if ``V - min_version <= max_staleness``.
+carries the lowest and highest (``min_version``/``max_version``); the staleness window
+(``rollgym.contract.staleness``) decides from ``min_version`` whether it may be trained on.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -28,10 +29,38 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ErrorCode(StrEnum):
+    """The ``error`` codes of ``ErrorBody``: clients branch on these, never on messages.
+
+    The server's exception classes carry them (``rollgym.server.errors``); the trainer's
+    client and the test fakes read them from here, so the two sides cannot drift apart.
+    """
+
+    SERVER_ERROR = "server_error"
+    BAD_REQUEST = "bad_request"
+    INVALID_REQUEST = "invalid_request"  # the body does not fit its pydantic model
+    HTTP_ERROR = "http_error"
+    BAD_WEIGHTS = "bad_weights"
+    TRUNCATED_WEIGHTS = "truncated_weights"
+    WEIGHTS_TOO_LARGE = "weights_too_large"
+    TRANSCRIPT_MISMATCH = "transcript_mismatch"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    VERSION_MISMATCH = "version_mismatch"
+    UPDATE_IN_PROGRESS = "update_in_progress"
+    TOO_MANY_SESSIONS = "too_many_sessions"
+    BUFFER_CLOSED = "buffer_closed"
+    NOT_ENABLED = "not_enabled"
+    ENGINE_FAILURE = "engine_failure"
+    TOKEN_PREFIX = "token_prefix"
+
+
 class ErrorBody(BaseModel):
     """The one error body of every 4xx/5xx answer."""
 
-    error: str = Field(description="a stable machine-readable code, e.g. 'stale_version'")
+    error: str = Field(description="a stable machine-readable code (``ErrorCode``)")
     message: str = Field(description="what is wrong and how to fix it")
 
 
@@ -247,8 +276,8 @@ class SessionCreate(_Input):
     seed: int | None = None
 
 
-class Message(BaseModel):
-    """A chat message as environments show it."""
+class EnvMessage(BaseModel):
+    """A chat message as environments show it (``rollgym.envs.messages.Message`` on the wire)."""
 
     role: str
     content: str
@@ -256,7 +285,7 @@ class Message(BaseModel):
 
 class SessionCreated(BaseModel):
     session_id: str
-    observation: list[Message]
+    observation: list[EnvMessage]
     info: dict[str, object]
     policy_version: int
 
@@ -266,7 +295,7 @@ class SessionStep(_Input):
 
 
 class SessionStepResult(BaseModel):
-    observation: list[Message]
+    observation: list[EnvMessage]
     reward: float
     terminated: bool
     truncated: bool

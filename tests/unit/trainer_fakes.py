@@ -24,10 +24,12 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from safetensors.torch import load as safetensors_load
 
-from rollgym.server.dashboard.schema import TrainerAccepted, TrainerReport
-from rollgym.server.wire import (
+from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
+from rollgym.contract.staleness import oldest_fresh_version
+from rollgym.contract.wire import (
     AckRequest,
     ErrorBody,
+    ErrorCode,
     PullRequest,
     PullResponse,
     RolloutJob,
@@ -165,9 +167,9 @@ class FakeServer:
             if request.url.path.startswith("/admin"):
                 auth = request.headers.get("authorization")
                 if auth is None:
-                    return error(401, "unauthorized", "missing admin token")
+                    return error(401, ErrorCode.UNAUTHORIZED, "missing admin token")
                 if auth != f"Bearer {TOKEN}":
-                    return error(403, "forbidden", "wrong admin token")
+                    return error(403, ErrorCode.FORBIDDEN, "wrong admin token")
             return await call_next(request)
 
         @app.get("/health")
@@ -180,7 +182,7 @@ class FakeServer:
             x_expected_version: Annotated[int | None, Header()] = None,
         ):  # type: ignore[no-untyped-def]
             if x_expected_version is not None and x_expected_version != self.version:
-                return error(409, "version_conflict", f"server is at {self.version}")
+                return error(409, ErrorCode.VERSION_MISMATCH, f"server is at {self.version}")
             body = await request.body()
             self.weights.append(dict(safetensors_load(body)))
             self.version += 1
@@ -201,7 +203,7 @@ class FakeServer:
         def ack(request: AckRequest):  # type: ignore[no-untyped-def]
             if self.acks_before_failure is not None:
                 if self.acks_before_failure <= 0:
-                    return error(500, "internal", "ack lost")
+                    return error(500, ErrorCode.SERVER_ERROR, "ack lost")
                 self.acks_before_failure -= 1
             for group_id in request.group_ids:
                 self.leased.pop(group_id, None)
@@ -233,8 +235,9 @@ class FakeServer:
 
     def _pull(self, request: PullRequest) -> PullResponse:
         fresh, dropped = [], 0
-        for group in self.ready:
-            if request.trainer_version - group.min_version > request.max_staleness:
+        oldest = oldest_fresh_version(request.trainer_version, request.max_staleness)
+        for group in self.ready:  # the real buffer's sweep: only groups too old are dropped
+            if group.min_version < oldest:
                 dropped += len(group.trajectories)
             else:
                 fresh.append(group)

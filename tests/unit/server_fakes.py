@@ -41,7 +41,8 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
     """Asks for an answer ``turns`` times; pays ``reward_of(seed, action)`` each step.
 
     ``fail_on`` makes that step (1-based) report an infrastructure failure; ``latency_s``
-    makes each step take that long (``env_s`` reports it, ``sandbox_s`` half of it).
+    makes each step take that long; its ``sandbox_s`` attribute claims half of it (the
+    channel beside ``info`` that ``ChatEnv`` keeps).
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
         self._latency_s, self._reset_fails = latency_s, reset_fails
         self.actions: list[str] = []
         self.closed = False
+        self.sandbox_s = 0.0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         super().reset(seed=seed)
@@ -69,7 +71,7 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
             {"role": "system", "content": "Answer with a number."},
             {"role": "user", "content": f"Task {self._seed}."},
         )
-        return opening, {"env_s": 0.0, "sandbox_s": 0.0}
+        return opening, {}
 
     def step(self, action: str) -> Any:
         started = time.perf_counter()
@@ -77,8 +79,8 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
             time.sleep(self._latency_s)
         self._step += 1
         self.actions.append(action)
-        env_s = time.perf_counter() - started
-        info: dict[str, Any] = {"env_s": env_s, "sandbox_s": env_s / 2, "failure": None}
+        self.sandbox_s = (time.perf_counter() - started) / 2  # read beside info, like ChatEnv's
+        info: dict[str, Any] = {"failure": None}
         if self._step == self._fail_on:
             info.update(failure="infra", error="the box died")
             return (), 0.0, False, True, info

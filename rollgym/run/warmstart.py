@@ -6,11 +6,10 @@ mix the oracle (binary search over the range the feedback leaves open) with impe
 (each guess random within that range with probability ``noise``): the warm-started policy
 then guesses well but not optimally, which leaves room for RL to improve its success rate.
 
-Each conversation becomes one pre-tokenized example laid out the way the rollout server
-builds an episode's context (``tokenize_conversation``): the opening rendered with the
-generation prompt; then per turn the guess's tokens and the end-of-turn token (trained on,
-``assistant_masks`` 1), and the chat template's text up to the next generation prompt
-(context only, 0). TRL's ``SFTTrainer`` takes such a dataset as is and masks the labels.
+Each conversation becomes one pre-tokenized example laid out by the rollout server's own
+``ChatCodec`` (``tokenize_conversation``): the opening rendered with the generation prompt;
+then per turn the guess's tokens and the end-of-turn token (trained on, ``assistant_masks``
+1), and the chat template's text up to the next generation prompt (context only, 0). TRL's ``SFTTrainer`` takes such a dataset as is and masks the labels.
 
 The result is an ordinary model directory (weights + tokenizer); a marker file records the
 config, so a second call with the same config returns at once (``rollgym run`` resumes).
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rollgym.server.chat import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
 
@@ -53,36 +54,34 @@ class WarmStartConfig(BaseModel):
 
 
 def tokenize_conversation(
-    tokenizer: Any, messages: Sequence[Mapping[str, object]]
+    codec: ChatCodec, messages: Sequence[Mapping[str, object]]
 ) -> dict[str, list[int]]:
-    """``input_ids`` and ``assistant_masks`` of a conversation, segment by segment.
+    """``input_ids`` and ``assistant_masks`` of a conversation, laid out by the server's codec.
 
-    Each segment (the opening, a guess, the template text between turns) is tokenized on
-    its own, as the server does, so the ids match what the model sees in a rollout.
+    The layout is the rollout server's own (``EpisodeRunner`` with the same ``ChatCodec``):
+    the opening messages as the first prompt; per assistant turn its tokens and the
+    end-of-turn token (mask 1), then the environment's reply up to the next generation
+    prompt (``codec.continuation``, mask 0). So SFT trains on the ids the model sees and
+    samples in a rollout (a unit test runs both and compares the id streams).
     """
-    eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
-    full = tokenizer.apply_chat_template(list(messages), tokenize=False)
-    ids: list[int] = []
-    mask: list[int] = []
-    cursor = 0
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        start = len(
-            tokenizer.apply_chat_template(
-                list(messages[:i]), tokenize=False, add_generation_prompt=True
-            )
-        )
-        context = tokenizer(full[cursor:start], add_special_tokens=False)["input_ids"]
-        content = str(message["content"])
-        guess = tokenizer(content, add_special_tokens=False)["input_ids"]
-        ids += [*context, *guess, eos_id]
-        mask += [0] * len(context) + [1] * (len(guess) + 1)
-        cursor = start + len(content) + len(tokenizer.eos_token)
+    turns = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
+    if not turns:
+        raise ValueError("a demonstration needs at least one assistant message")
+    ids = codec.first_prompt([dict(m) for m in messages[: turns[0]]])
+    mask = [0] * len(ids)
+    for index, turn in enumerate(turns):
+        guess = [*codec.encode(str(messages[turn]["content"])), codec.eos_id]
+        ids += guess
+        mask += [1] * len(guess)
+        if index + 1 < len(turns):
+            reply = [dict(m) for m in messages[turn + 1 : turns[index + 1]]]
+            between = codec.continuation(reply, stopped=True)
+            ids += between
+            mask += [0] * len(between)
     return {"input_ids": ids, "assistant_masks": mask}
 
 
-def sft_examples(config: WarmStartConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
+def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
     """One pre-tokenized example per demonstration episode, shuffled."""
     from rollgym.envs.guess_demos import demonstrations
 
@@ -94,7 +93,7 @@ def sft_examples(config: WarmStartConfig, tokenizer: Any) -> list[dict[str, list
         noise=config.noise,
         **task,
     )
-    examples = [tokenize_conversation(tokenizer, conversation) for conversation in conversations]
+    examples = [tokenize_conversation(codec, conversation) for conversation in conversations]
     random.Random(config.seed).shuffle(examples)
     return examples
 
@@ -159,7 +158,7 @@ def warm_start(
         sft = SFTTrainer(
             model=model,
             args=args,
-            train_dataset=Dataset.from_list(sft_examples(config, tokenizer)),
+            train_dataset=Dataset.from_list(sft_examples(config, ChatCodec(tokenizer))),
             processing_class=tokenizer,
             callbacks=[Progress()],
         )

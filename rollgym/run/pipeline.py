@@ -29,16 +29,16 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from rollgym import paths
-from rollgym.server.wire import RolloutJob, SamplingSettings
+from rollgym.contract import paths
+from rollgym.contract.wire import RolloutJob, SamplingSettings
+from rollgym.run.plot import write_report_png
+from rollgym.run.server_process import ServerProcess
+from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import ClientConfig, TrainerConfig
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
 from rollgym.trainer.loop import TrainResult, train
-from rollgym.trainer.plot import write_report_png
-from rollgym.trainer.server_process import ServerProcess
-from rollgym.trainer.warmstart import WarmStartConfig, warm_start
 
 
 class TaskConfig(BaseModel):

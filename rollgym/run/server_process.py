@@ -1,7 +1,7 @@
 """Run the rollout server as a child process (``rollgym serve``) on a free loopback port.
 
-The trainer never imports the server; ``rollgym run``, the benchmarks and the end-to-end
-tests start it as its own process, configured through its ``ROLLGYM_*`` environment
+``rollgym run``, the benchmarks and the end-to-end tests start the server as its own
+process (in its own interpreter: the vLLM engine and the trainer's torch never share one), configured through its ``ROLLGYM_*`` environment
 variables, and talk to it over HTTP like any other client::
 
     with ServerProcess(model_dir=..., data_dir=run_dir / "server") as server:

@@ -1,7 +1,7 @@
 """The dashboard's wire schema: what the trainer posts, and what the page polls.
 
-Like ``server.wire`` it imports nothing heavy, so the trainer can post its step reports
-without importing the server.
+Part of the contract package: the trainer posts its step reports without importing the
+server.
 
 * ``TrainerReport`` (``POST /admin/dashboard/trainer``, admin token): one optimizer
   step's numbers and the trainer's busy spans (compute, weight push, checkpoint) since

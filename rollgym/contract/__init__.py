@@ -1,0 +1,11 @@
+"""The contracts that the server, the trainer and their clients share, in one place.
+
+This package imports nothing else of rollgym (a test checks it), so every side can depend
+on it without pulling in vLLM, Docker or TRL:
+
+* ``wire``: every body that crosses the server's HTTP boundary (trajectories, pulls, rollout
+  jobs, weight updates, sessions), as pydantic models;
+* ``dashboard``: what the trainer posts to the dashboard and what the page polls;
+* ``staleness``: the staleness window's rule and capacity, the only place it is written;
+* ``paths``: where rollgym keeps its data (``$ROLLGYM_HOME``).
+"""
