@@ -1,18 +1,19 @@
 # The two commands of the README, and the pieces they are made of.
 #   make run   - the main job on its built-in default (a real RL run on the default model)
-#   make test  - every test tier (unit, docker, engine, e2e)
+#   make test  - the habits (ruff, ruff format, mypy), then every test tier (unit with the
+#                packages' doctests, docker, engine, e2e)
 # Both run the idempotent set-up first; a second set-up takes seconds.
 
 PY := .venv/bin/python
 
-.PHONY: setup run test test-unit lint typecheck bench
+.PHONY: setup run test test-unit lint typecheck
 setup:
 	scripts/setup.sh
 
 run: setup
 	.venv/bin/rollgym run
 
-test: setup
+test: setup lint typecheck
 	$(PY) -m pytest
 
 test-unit:

@@ -21,7 +21,7 @@ def check_extends(previous: Sequence[int], current: Sequence[int]) -> None:
     >>> check_extends([1, 2], [1, 3, 3])
     Traceback (most recent call last):
     ...
-    server.errors.TokenPrefixError: the new context diverges from the last one at token 1 (2 -> 3)
+    rollgym.server.errors.TokenPrefixError: the new context diverges from the last one at token 1 (2 -> 3)
     """
     if len(current) < len(previous):
         raise TokenPrefixError(

@@ -1,7 +1,8 @@
 """Shared test set-up: tier markers by folder, and the real components the tiers need.
 
 Tests live in ``tests/<tier>/``; each test gets its folder's marker (unit, docker, engine,
-e2e), so ``pytest -m unit`` runs the fast tier alone. Real components are never faked
+e2e), so ``pytest -m unit`` runs the fast tier alone; the ``>>>`` examples in the packages'
+docstrings (collected with ``--doctest-modules``) are unit tests too. Real components are never faked
 outside ``tests/unit``.
 """
 
@@ -23,7 +24,8 @@ TIERS = ("unit", "docker", "engine", "e2e")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
-        tier = Path(item.path).relative_to(root).parts[0]
+        path = Path(item.path)
+        tier = path.relative_to(root).parts[0] if path.is_relative_to(root) else "unit"
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
 
