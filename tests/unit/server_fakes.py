@@ -40,7 +40,8 @@ SCRIPTED = "test/Scripted-v0"
 class ScriptedEnv(gymnasium.Env[Any, str]):
     """Asks for an answer ``turns`` times; pays ``reward_of(seed, action)`` each step.
 
-    ``fail_on`` makes that step (1-based) report an infrastructure failure; ``latency_s``
+    ``fail_on`` makes that step (1-based) report an infrastructure failure, ``crash_on``
+    makes it raise (an env bug); ``latency_s``
     makes each step take that long; its ``sandbox_s`` attribute claims half of it (the
     channel beside ``info`` that ``ChatEnv`` keeps).
     """
@@ -51,12 +52,14 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
         turns: int = 2,
         reward_of: Callable[[int, str], float] = lambda seed, action: 0.0,
         fail_on: int | None = None,
+        crash_on: int | None = None,
         latency_s: float = 0.0,
         reset_fails: bool = False,
     ):
         self.observation_space = Messages()
         self.action_space = ChatText()
         self._turns, self._reward_of, self._fail_on = turns, reward_of, fail_on
+        self._crash_on = crash_on
         self._latency_s, self._reset_fails = latency_s, reset_fails
         self.actions: list[str] = []
         self.closed = False
@@ -81,6 +84,8 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
         self.actions.append(action)
         self.sandbox_s = (time.perf_counter() - started) / 2  # read beside info, like ChatEnv's
         info: dict[str, Any] = {"failure": None}
+        if self._step == self._crash_on:
+            raise RuntimeError("the user's env has a bug")
         if self._step == self._fail_on:
             info.update(failure="infra", error="the box died")
             return (), 0.0, False, True, info

@@ -1,0 +1,86 @@
+"""One episode recorder for rollouts and sessions: failures, timings and tokens alike."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from server_fakes import SCRIPTED, ScriptedEnv, ScriptedEnvs
+
+from rollgym.contract.wire import SamplingSettings, SessionCreate
+from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import BufferConfig, SessionConfig
+from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.recording import step_env
+from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
+from rollgym.server.sessions import SessionManager
+
+
+@pytest.fixture(scope="module")
+def codec(default_model_dir) -> ChatCodec:
+    return ChatCodec.from_model_dir(default_model_dir)
+
+
+@pytest.fixture
+async def buffer(tmp_path):
+    async with TrajectoryBuffer(tmp_path / "b.sqlite3", BufferConfig()) as b:
+        yield b
+
+
+def engine(codec: ChatCodec) -> FakeEngine:
+    return FakeEngine(lambda prompt: [*codec.encode("7"), codec.eos_id])
+
+
+async def test_a_crashing_step_is_an_infrastructure_failure_with_its_time() -> None:
+    env = ScriptedEnv(crash_on=1, latency_s=0.01)
+    env.reset(seed=0)
+    step = await step_env(env, "7")
+    assert step.truncated and step.reward == 0.0 and step.observation == []
+    assert step.infra_error is not None and "the user's env has a bug" in step.infra_error
+    assert step.env_s >= 0.01
+
+
+@pytest.mark.parametrize("reward", [math.nan, math.inf, -math.inf])
+async def test_a_non_finite_reward_is_an_infrastructure_failure(reward: float) -> None:
+    env = ScriptedEnv(reward_of=lambda seed, action: reward)
+    env.reset(seed=0)
+    step = await step_env(env, "7")
+    assert step.reward == 0.0 and step.truncated
+    assert step.infra_error == f"the env returned reward {reward}"
+
+
+async def test_a_crashing_env_makes_the_rollout_episode_invalid(codec) -> None:
+    runner = EpisodeRunner(
+        engine(codec), codec, ScriptedEnvs(turns=3, crash_on=2), max_model_len=512
+    )
+    spec = EpisodeSpec(SCRIPTED, {}, 0, "g", SamplingSettings(max_tokens=8))
+    trajectory = await runner.run(spec)
+    assert not trajectory.valid and "the user's env has a bug" in (trajectory.invalid_reason or "")
+    assert len(trajectory.turns) == 2 and trajectory.truncated
+
+
+async def test_a_crashing_env_makes_the_session_invalid_the_same_way(codec, buffer) -> None:
+    sessions = SessionManager(
+        engine(codec),
+        codec,
+        ScriptedEnvs(turns=3, crash_on=2),
+        buffer,
+        ServerMetrics(),
+        SessionConfig(),
+    )
+    made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0))
+    conversation = [dict(m) for m in made.observation]
+    for _ in range(2):
+        generation = await sessions.generate(
+            made.session_id, conversation, SamplingSettings(max_tokens=8)
+        )
+        answer = codec.decode(generation.token_ids)
+        result = await sessions.step(made.session_id, answer)
+        conversation += [{"role": "assistant", "content": answer}]
+        conversation += [dict(m) for m in result.observation]
+    assert result.truncated and result.info["failure"] == "infra"
+    closed = await sessions.close(made.session_id)
+    assert closed.persisted and not closed.valid
+    assert await buffer.count_invalid() == 1 and buffer.depth.total == 0
