@@ -31,3 +31,8 @@ def default_model_dir() -> Path:
 
 def runs_dir() -> Path:
     return data_home() / "runs"
+
+
+def wheels_dir() -> Path:
+    """Wheels of PyPI packages that carry model files, kept so later pulls work offline."""
+    return data_home() / "wheels"

@@ -13,7 +13,7 @@ any Hugging Face checkpoint. The same spec and seed give byte-identical files.
 
 Example::
 
-    from rollgym.model_factory import ModelSpec, build_model
+    from rollgym.models.tiny import ModelSpec, build_model
     build_model(ModelSpec(seed=0), "/tmp/tiny")     # -> Path("/tmp/tiny")
 """
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from rollgym.model_factory import ModelSpec, build_model, count_parameters, is_built
+from rollgym.models.tiny import ModelSpec, build_model, count_parameters, is_built
 
 SMALL = ModelSpec(
     hidden_size=64,
