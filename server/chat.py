@@ -14,10 +14,17 @@ between an assistant turn and the next generation prompt::
 The assistant's own closing text after its end-of-turn token (ChatML: ``"\\n"``) is part of
 what the environment appends; when the model was cut off by the length limit the
 end-of-turn token itself is appended too (as an environment token, so it is masked).
+
+Tools: a template that renders the ``tools`` it is given (Qwen2's, the default model's) is
+used as it is. One that ignores them (SmolLM2's) would leave the model blind to the tools,
+so the codec then lists them in the system message itself (``tool_instructions``), in the
+format the default model's template uses; the model calls a tool by writing
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` either way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,33 @@ _ANCHOR: tuple[TemplateMessage, ...] = (
     {"role": "user", "content": "U"},
     {"role": "assistant", "content": "A"},
 )
+
+
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {"name": "probe", "description": "P", "parameters": {"type": "object"}},
+}
+
+
+def tool_instructions(tools: Sequence[dict[str, Any]]) -> str:
+    """How to call ``tools``, for a system message (what a tool-aware template would say)."""
+    listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    return (
+        '# Tools\nCall a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>.\n'
+        f"<tools>\n{listed}\n</tools>"
+    )
+
+
+def with_tool_instructions(
+    messages: Sequence[TemplateMessage], tools: Sequence[dict[str, Any]]
+) -> list[TemplateMessage]:
+    """``messages`` with the tools listed in the system message (one is added if none)."""
+    text = tool_instructions(tools)
+    if messages and messages[0].get("role") == "system":
+        first = dict(messages[0])
+        first["content"] = f"{first.get('content') or ''}\n\n{text}"
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
 
 
 class ChatTemplateError(ServerError):
@@ -63,6 +97,7 @@ class ChatCodec:
                 f"the chat template does not end an assistant turn with {eos!r}: got {tail!r}"
             )
         self._closer = tail[len(eos) :]
+        self.renders_tools = self._template_renders_tools()
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> ChatCodec:
@@ -77,10 +112,26 @@ class ChatCodec:
         generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
     ) -> str:
+        if tools and not self.renders_tools:
+            messages, tools = with_tool_instructions(messages, tools), None
+        return self._apply(messages, generation_prompt=generation_prompt, tools=tools)
+
+    def _apply(
+        self,
+        messages: Sequence[TemplateMessage],
+        *,
+        generation_prompt: bool,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         text = self.tokenizer.apply_chat_template(
             list(messages), tools=tools, add_generation_prompt=generation_prompt, tokenize=False
         )
         return str(text)
+
+    def _template_renders_tools(self) -> bool:
+        messages = [{"role": "user", "content": "U"}]
+        bare = self._apply(messages, generation_prompt=True)
+        return self._apply(messages, generation_prompt=True, tools=[_PROBE_TOOL]) != bare
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -94,3 +94,34 @@ def test_transcript_fails_loudly_when_its_history_was_changed() -> None:
     transcript.completion_ids[0] = 6  # a bug elsewhere rewrote a sampled token
     with pytest.raises(TokenPrefixError, match="token 2"):
         transcript.context()
+
+
+# SmolLM2-Instruct's template: ChatML that ignores the ``tools`` it is given.
+NO_TOOLS_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "python", "description": "Run code.", "parameters": {}},
+    }
+]
+
+
+def test_tools_reach_the_prompt_even_when_the_template_ignores_them(default_model_dir) -> None:
+    from transformers import AutoTokenizer
+
+    aware = ChatCodec.from_model_dir(default_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    tokenizer.chat_template = NO_TOOLS_TEMPLATE
+    blind = ChatCodec(tokenizer)
+    assert aware.renders_tools and not blind.renders_tools
+    for codec in (aware, blind):  # both list the tools in the system turn, the same way
+        text = codec.render(OPENING, tools=TOOLS)
+        assert text.startswith(f"<|im_start|>system\n{OPENING[0]['content']}\n\n# Tools\n")
+        assert '"name": "python"' in text
+    assert aware.render(OPENING, tools=TOOLS) == blind.render(OPENING, tools=TOOLS)
+    no_system = blind.render(OPENING[1:], tools=TOOLS)
+    assert no_system.startswith("<|im_start|>system\n# Tools\n")
+    assert blind.render(OPENING) == aware.render(OPENING)  # without tools nothing is added
