@@ -42,6 +42,20 @@ def default_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct, pulled by the set-up (`rollgym model pull smollm2-135m-instruct`)."""
+    from rollgym.contract.paths import models_dir
+    from rollgym.models.catalog import CATALOG
+    from rollgym.models.pull import is_pulled
+
+    entry = CATALOG["smollm2-135m-instruct"]
+    path = models_dir() / entry.name
+    if not is_pulled(entry, path):
+        pytest.fail(f"no {entry.name} at {path}: run scripts/setup.sh (or `rollgym model pull`)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def docker_client():  # type: ignore[no-untyped-def]
     """A client of the local Docker engine, which the set-up starts."""
     import docker

@@ -86,7 +86,7 @@ def read_manifest(files: Iterable[Path], *, dtype: str | None = None) -> dict[st
     if dtype is None:
         return manifest
     return {
-        name: TensorSpec(dtype, spec.shape) if spec.dtype.startswith(("F", "BF")) else spec
+        name: TensorSpec(dtype, spec.shape) if _floating(spec.dtype) else spec
         for name, spec in manifest.items()
     }
 
@@ -95,6 +95,9 @@ def stage(
     files: list[Path], manifest: Manifest, *, aliases: dict[str, str] | None = None
 ) -> StagedWeights:
     """Check ``files`` against ``manifest``: every name once, right shape and dtype.
+
+    A floating tensor may come in any floating dtype (a bfloat16 trainer updating a float32
+    server, or the reverse): the engine's loader casts it to the served dtype.
 
     ``aliases`` maps an accepted alternative name to the manifest name it stands for (a
     tied ``lm_head.weight`` for the input embedding). Raises ``BadWeights`` naming what is
@@ -139,7 +142,7 @@ def _compare(given: Manifest, manifest: Manifest) -> None:
     wrong = [
         f"{n}: {given[n].dtype}{list(given[n].shape)}, expected {s.dtype}{list(s.shape)}"
         for n, s in sorted(manifest.items())
-        if n in given and given[n] != s
+        if n in given and not _fits(given[n], s)
     ]
     if wrong:
         problems.append(
@@ -147,6 +150,16 @@ def _compare(given: Manifest, manifest: Manifest) -> None:
         )
     if problems:
         raise BadWeights("the weights do not fit the served model: " + "; ".join(problems))
+
+
+def _fits(given: TensorSpec, expected: TensorSpec) -> bool:
+    if given.shape != expected.shape:
+        return False
+    return given.dtype == expected.dtype or (_floating(given.dtype) and _floating(expected.dtype))
+
+
+def _floating(dtype: str) -> bool:
+    return dtype.startswith(("F", "BF"))
 
 
 def _names(names: Iterable[str]) -> str:

@@ -73,7 +73,7 @@ def test_garbage_is_not_safetensors(tmp_path) -> None:
     ("data", "problem"),
     [
         (safetensors_bytes(shape=(8, 5)), "wrong dtype or shape"),
-        (safetensors_bytes(dtype=torch.float16), "F16"),
+        (safetensors_bytes(dtype=torch.int32), "I32"),
         (safetensors_bytes(name="model.other.weight"), "unknown tensors model.other.weight"),
         (save({"x": torch.zeros(1)}), "missing tensors model.embed_tokens.weight"),
     ],
@@ -81,6 +81,12 @@ def test_garbage_is_not_safetensors(tmp_path) -> None:
 def test_weights_that_do_not_fit_the_model_are_rejected(tmp_path, data, problem) -> None:
     with pytest.raises(BadWeights, match=problem):
         stage([write(tmp_path, data)], FAKE_MANIFEST)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_floating_weights_of_another_precision_fit(tmp_path, dtype) -> None:
+    """A bfloat16 trainer may update a float32 server: the engine's loader casts."""
+    stage([write(tmp_path, safetensors_bytes(dtype=dtype))], FAKE_MANIFEST)
 
 
 def test_a_tied_lm_head_stands_for_the_embedding(tmp_path) -> None:
@@ -98,8 +104,9 @@ def test_an_nccl_announcement_is_checked_like_a_file() -> None:
     good = NcclWeights(("model.embed_tokens.weight",), ("float32",), ((8, 4),))
     check_announced(good, FAKE_MANIFEST, {})
     assert good.nbytes == 8 * 4 * 4
+    check_announced(NcclWeights(good.names, ("bfloat16",), good.shapes), FAKE_MANIFEST, {})
     with pytest.raises(BadWeights, match="wrong dtype or shape"):
-        check_announced(NcclWeights(good.names, ("bfloat16",), good.shapes), FAKE_MANIFEST, {})
+        check_announced(NcclWeights(good.names, ("float32",), ((4, 8),)), FAKE_MANIFEST, {})
 
 
 async def test_an_upload_swaps_and_bumps_the_version(tmp_path) -> None:
