@@ -107,9 +107,17 @@ class ReasoningGymEnv(ChatEnv[Answer, Answer]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Item ``seed`` (modulo the dataset size) when seeded, as the module docstring says."""
-        if seed is not None and not (options or {}).get("task_id"):
-            options = {**(options or {}), "task_id": f"{self.task}-{seed % self.size}"}
-        return super().reset(seed=seed, options=options)
+        return super().reset(seed=seed, options=self._item_of(seed, options))
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        return await super().areset(seed=seed, options=self._item_of(seed, options))
+
+    def _item_of(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any]:
+        if seed is None or (options or {}).get("task_id"):
+            return dict(options or {})
+        return {**(options or {}), "task_id": f"{self.task}-{seed % self.size}"}
 
     def _turn(self, action: str) -> Turn[Answer]:
         from reasoning_gym.utils import extract_answer

@@ -53,7 +53,7 @@ def test_a_session_with_tools_through_the_openai_client(server, admin, smollm2_d
 
     codec = ChatCodec.from_model_dir(smollm2_dir)
     made = admin.post("/v1/sessions", json={"env_id": "reasoning_gym/chain_sum", "seed": 1})
-    assert made.status_code == 200, made.text
+    assert made.status_code == 201, made.text
     session = made.json()
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
     answer = client.chat.completions.create(

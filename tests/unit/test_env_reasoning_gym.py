@@ -8,6 +8,7 @@ from gymnasium.utils.env_checker import check_env
 
 from rollgym import envs
 from rollgym.envs import reasoning_gym
+from rollgym.envs.aio import areset
 from rollgym.envs.reasoning_gym import NOT_SERVED, task_names
 
 envs.load_user_envs()  # the package's own rollgym.envs entry point registers the tasks
@@ -49,6 +50,11 @@ def test_a_seed_poses_that_item_and_its_answer_scores_one() -> None:
     assert env.step(entry["answer"])[1] == 1.0  # no tags: the whole message is the answer
     env.reset(seed=3)
     assert env.step("<answer>nonsense</answer>")[1] == 0.0
+
+
+async def test_the_async_reset_poses_the_seeds_item_too() -> None:
+    _, info = await areset(chain_sum(), seed=5)
+    assert info["task_id"] == "chain_sum-5"
 
 
 def test_task_ids_pick_items_and_unknown_ones_are_refused() -> None:
