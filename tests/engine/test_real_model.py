@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import torch
+from engine_helpers import chunks, hf_logprobs, weight_updater
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.models.catalog import CATALOG
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig
 from rollgym.server.engine.vllm_engine import VLLMEngine
-from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights.updater import WeightUpdater
 from rollgym.trainer.weights import weights_bytes
 
@@ -48,23 +48,7 @@ def hf_model(smollm2_dir):
 
 @pytest.fixture
 def updater(engine, tmp_path) -> WeightUpdater:
-    return WeightUpdater(
-        engine, tmp_path / "staging", max_bytes=1 << 31, metrics=ServerMetrics(),
-        aliases=engine.tied_aliases(),
-    )  # fmt: skip
-
-
-def hf_logprobs(model, prompt: list[int], sampled: list[int]) -> list[float]:
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    positions = range(len(prompt) - 1, len(prompt) + len(sampled) - 1)
-    return [logprobs[p, t].item() for p, t in zip(positions, sampled, strict=True)]
-
-
-async def chunks(data: bytes, size: int = 1 << 20):
-    for start in range(0, len(data), size):
-        yield data[start : start + size]
+    return weight_updater(engine, tmp_path / "staging")
 
 
 async def test_it_answers_through_its_own_chat_template(engine, codec) -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import torch
+from engine_helpers import chunks, hf_logprobs, weight_updater
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig
 from rollgym.server.engine.vllm_engine import VLLMEngine
 from rollgym.server.errors import BadWeights
-from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights.updater import WeightUpdater
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -48,13 +48,7 @@ def hf_model(default_model_dir):
 
 @pytest.fixture
 def updater(engine, tmp_path) -> WeightUpdater:
-    return WeightUpdater(
-        engine,
-        tmp_path / "staging",
-        max_bytes=1 << 30,
-        metrics=ServerMetrics(),
-        aliases=engine.tied_aliases(),
-    )
+    return weight_updater(engine, tmp_path / "staging")
 
 
 def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
@@ -63,25 +57,12 @@ def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-def hf_logprobs(model, prompt: list[int], sampled: list[int]) -> list[float]:
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    positions = range(len(prompt) - 1, len(prompt) + len(sampled) - 1)
-    return [logprobs[p, t].item() for p, t in zip(positions, sampled, strict=True)]
-
-
 def new_weights(model, path: Path, seed: int) -> bytes:
     """A differently initialised model, saved as a trainer would (tied head dropped)."""
     torch.manual_seed(seed)
     changed = type(model)(model.config).eval()
     changed.save_pretrained(path, safe_serialization=True)
     return (path / "model.safetensors").read_bytes()
-
-
-async def chunks(data: bytes, size: int = 1 << 16):
-    for start in range(0, len(data), size):
-        yield data[start : start + size]
 
 
 async def test_sampled_ids_and_logprobs_are_the_policys_own(engine, codec, hf_model) -> None:

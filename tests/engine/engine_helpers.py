@@ -1,0 +1,35 @@
+"""What the engine-tier tests share: transformers as the reference, streamed uploads.
+
+This module holds no tests; the test modules import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import torch
+
+from rollgym.server.metrics import ServerMetrics
+from rollgym.server.weights.updater import WeightUpdater
+
+
+def hf_logprobs(model, prompt: list[int], sampled: list[int]) -> list[float]:
+    """transformers' logprob of each sampled token, given the prompt and the tokens before it."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + sampled])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    positions = range(len(prompt) - 1, len(prompt) + len(sampled) - 1)
+    return [logprobs[p, t].item() for p, t in zip(positions, sampled, strict=True)]
+
+
+async def chunks(data: bytes, size: int = 1 << 16) -> AsyncIterator[bytes]:
+    """``data`` as an upload arrives: in pieces."""
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def weight_updater(engine, staging: Path) -> WeightUpdater:
+    return WeightUpdater(
+        engine, staging, max_bytes=1 << 31, metrics=ServerMetrics(), aliases=engine.tied_aliases()
+    )
