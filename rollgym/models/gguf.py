@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 class ConversionError(Exception):
@@ -30,7 +31,9 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
     try:
         folder, name = str(gguf_file.parent), gguf_file.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32
+        )
     except Exception as exc:  # transformers and gguf raise many types for a bad file
         raise ConversionError(f"{gguf_file.name} is not a readable GGUF model: {exc}") from exc
     # The tensors are float32 now; only the marker says otherwise (see the module docstring).

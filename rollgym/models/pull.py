@@ -28,6 +28,7 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rollgym.models.catalog import CatalogModel
 from rollgym.models.gguf import ConversionError, convert_gguf
@@ -162,10 +163,12 @@ def greedy_answer(model_dir: Path, prompt: str, max_new_tokens: int = 16) -> str
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    lm: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     messages = [{"role": "user", "content": prompt}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
-    ids = ids["input_ids"] if not isinstance(ids, torch.Tensor) else ids
+    rendered: Any = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt"
+    )
+    ids = rendered if isinstance(rendered, torch.Tensor) else rendered["input_ids"]
     with torch.no_grad():
         out = lm.generate(
             ids,
