@@ -1,25 +1,33 @@
-"""The executor: serves shell, Python, file and reset requests on a unix socket.
+"""The executor: serves shell, Python, file, check and reset requests on a unix socket.
 
-Run inside a box as ``python3 -m agent.executor --socket /run/rollgym/executor.sock
---contained ...`` (``--contained`` lets reset kill every other process, which is only
-safe when an init is our parent in a container), or on the host by the fake sandbox.
+Run inside a box as root (the trusted side), e.g. ``python3 -m agent.executor --socket
+/run/rollgym/executor.sock --contained --agent-user 61000:61000 --verifier-user
+61001:61000 --host-user 0:0 --orphan-after 30 ...``: agent commands then run as the
+agent's user, checks as the verifier's (``identity``, ``verifier``), and only peers from
+outside the box's pid namespace may connect. ``--contained`` lets reset kill every
+other process, which is only safe when an init is our parent in a container. The fake
+sandbox runs it on the host with no users to switch.
 
 Requests and replies are frames (``framing``); one request is served at a time, from any
 number of host connections. Every request names an ``op``::
 
-    ping                           -> {ok, pid}
-    shell  {command, timeout, cap} -> {ok, exit_code, stdout, stderr, truncated,
-                                        duration_s, timed_out, oom}
-    python_exit {cap}              -> the same, for a Python call the host lost
-    write  {path, data (base64)}   -> {ok}
-    read   {path, max_bytes}       -> {ok, data (base64)}
-    reset                          -> {ok, duration_s}
+    ping                             -> {ok, pid}
+    shell  {command, timeout, cap,   -> {ok, exit_code, stdout, stderr, truncated,
+            stdin (base64, optional)}      duration_s, timed_out, oom}
+    python_exit {cap}                -> the same, for a Python call the host lost
+    write  {path, data (base64)}     -> {ok}
+    read   {path, max_bytes}         -> {ok, data (base64)}
+    verify {checks: [{command, stdin (base64), timeout}]}
+                                     -> {ok, holds: [bool, ...]}
+    reset                            -> {ok, duration_s}
 
 Python calls go to the Python worker's own socket (``pyworker``), with the same request
 and reply as ``shell`` (``{op: python, code, timeout, cap}``).
 
-A failed request answers ``{ok: false, error: bad_request | file | reset_failed, message}``.
-The socket appears (atomically, by rename) only once the executor is listening.
+A failed request answers ``{ok: false, error: bad_request | file | reset_failed |
+internal, message}``; the executor itself never dies of a request. Files are read and
+written as the agent (its file-system identity), only regular files, never blocking on
+a FIFO. The sockets appear (atomically, by rename) only once they are listening.
 """
 
 from __future__ import annotations
@@ -27,15 +35,14 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import shutil
 import socket
 import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .framing import Message
+from .identity import Identities, User
 from .processes import (
     group_alive,
     kill_everything_else,
@@ -45,11 +52,14 @@ from .processes import (
 )
 from .pyworker import PythonWorker
 from .result import CallResult
-from .server import listen, serve
+from .server import from_outside_the_box, listen, serve
 from .shell import run_shell
+from .verifier import Verifier
+from .wipe import WipedFolder, remove_ipc_objects
 
 OOM_EXIT_CODE = 137  # 128 + SIGKILL: how the OOM killer's victims exit
 PYTHON_SOCKET_NAME = "python.sock"
+FILE_FLAGS = os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # a FIFO never blocks us
 
 
 class RequestError(Exception):
@@ -61,10 +71,13 @@ class RequestError(Exception):
 class Executor:
     """Request handlers and the box's in-executor state (Python worker, process groups)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, identities: Identities) -> None:
         self.args = args
-        self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace)
+        self.identities = identities
+        self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace, identities)
+        self.verifier = Verifier(identities, args.shell, args.work_dir)
         self.groups: set[int] = set()  # shell process groups that may still hold processes
+        self.folders = [WipedFolder.capture(folder) for folder in args.wipe]
         self.oom_seen = self._oom_count()
         self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
             "ping": lambda req, host: {"ok": True, "pid": os.getpid()},
@@ -72,6 +85,7 @@ class Executor:
             "python_exit": self.python_exit,
             "write": self.write,
             "read": self.read,
+            "verify": self.verify,
             "reset": self.reset,
         }
 
@@ -85,6 +99,8 @@ class Executor:
             return {"ok": False, "error": exc.kind, "message": str(exc)}
         except (KeyError, TypeError, ValueError) as exc:
             return {"ok": False, "error": "bad_request", "message": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # a request must never take the box down with it
+            return {"ok": False, "error": "internal", "message": f"{type(exc).__name__}: {exc}"}
 
     def shell(self, req: Message, host: socket.socket | None) -> Message:
         result, pgid = run_shell(
@@ -94,6 +110,8 @@ class Executor:
             timeout=float(req["timeout"]),
             cap=int(req["cap"]),
             host=host,
+            stdin=base64.b64decode(req.get("stdin", "")),
+            preexec=self.identities.agent_process(),
         )
         if pgid is not None:
             self.groups.add(pgid)
@@ -123,11 +141,18 @@ class Executor:
         return os.path.join(self.args.work_dir, str(req["path"]))
 
     def write(self, req: Message, host: socket.socket | None) -> Message:
-        path = self._path(req)
+        path, data = self._path(req), base64.b64decode(req["data"])
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(base64.b64decode(req["data"]))
+            with self.identities.as_agent_files():
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | FILE_FLAGS, 0o644)
+                try:
+                    _require_regular(fd, req["path"])
+                    os.ftruncate(fd, 0)
+                    with open(fd, "wb", closefd=False) as f:
+                        f.write(data)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             raise RequestError("file", f"cannot write {req['path']}: {exc.strerror}") from exc
         return {"ok": True}
@@ -135,8 +160,11 @@ class Executor:
     def read(self, req: Message, host: socket.socket | None) -> Message:
         path, limit = self._path(req), int(req["max_bytes"])
         try:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size > limit:
+            with self.identities.as_agent_files():
+                fd = os.open(path, os.O_RDONLY | FILE_FLAGS)
+            with open(fd, "rb") as f:
+                _require_regular(fd, req["path"])
+                if os.fstat(fd).st_size > limit:
                     raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
                 data = f.read(limit + 1)
         except OSError as exc:
@@ -144,6 +172,13 @@ class Executor:
         if len(data) > limit:
             raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
         return {"ok": True, "data": base64.b64encode(data).decode()}
+
+    def verify(self, req: Message, host: socket.socket | None) -> Message:
+        checks = [
+            (str(c["command"]), base64.b64decode(c.get("stdin", "")), float(c["timeout"]))
+            for c in req["checks"]
+        ]
+        return {"ok": True, "holds": self.verifier.run(checks)}
 
     def reset(self, req: Message, host: socket.socket | None) -> Message:
         start = time.monotonic()
@@ -155,8 +190,10 @@ class Executor:
             if self.args.contained:
                 kill_everything_else()
             reap_children()
-            for folder in self.args.wipe:
-                wipe(folder)
+            for folder in self.folders:
+                folder.reset(switching=self.identities.switching)
+            if self.identities.switching:
+                remove_ipc_objects()
         except (OSError, TimeoutError) as exc:
             raise RequestError("reset_failed", str(exc)) from exc
         self.worker.start()
@@ -164,25 +201,9 @@ class Executor:
         return {"ok": True, "duration_s": time.monotonic() - start}
 
 
-def _make_writable_and_retry(func: Callable[[str], Any], path: str, exc_info: Any) -> None:
-    parent = os.path.dirname(path)
-    os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, stat.S_IRWXU)
-        shutil.rmtree(path)
-    else:
-        func(path)
-
-
-def wipe(folder: str) -> None:
-    """Remove everything inside ``folder`` (a mount point, so the folder itself stays)."""
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, stat.S_IRWXU)
-                shutil.rmtree(entry.path, onerror=_make_writable_and_retry)
-            else:
-                os.unlink(entry.path)
+def _require_regular(fd: int, name: object) -> None:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise RequestError("file", f"{name} is not a regular file")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -197,7 +218,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--python-grace", type=float, default=0.5)
     parser.add_argument("--contained", action="store_true", help="reset kills every process")
     parser.add_argument("--exit-with-parent", action="store_true")
+    parser.add_argument("--agent-user", type=User.parse, help="uid:gid agent processes run as")
+    parser.add_argument("--verifier-user", type=User.parse, help="uid:gid checks run as")
+    parser.add_argument("--host-user", type=User.parse, help="uid:gid that owns our sockets")
+    parser.add_argument(
+        "--orphan-after", type=float, help="exit once no host was connected this many seconds"
+    )
     return parser.parse_args(argv)
+
+
+def identities_of(args: argparse.Namespace) -> Identities:
+    """The users of ``args``; all of them or none (the fake), and only root can switch."""
+    users = (args.agent_user, args.verifier_user, args.host_user)
+    if all(user is None for user in users):
+        return Identities.none()
+    if any(user is None for user in users):
+        raise SystemExit("agent.executor: give --agent-user, --verifier-user and --host-user")
+    if os.geteuid() != 0:
+        raise SystemExit("agent.executor: switching users needs the executor to run as root")
+    agent, verifier, host = users
+    if agent.uid in (0, verifier.uid, host.uid) or verifier.uid in (0, host.uid):
+        raise SystemExit("agent.executor: the agent, verifier and host need uids of their own")
+    return Identities(agent, verifier, host)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,18 +249,22 @@ def main(argv: list[str] | None = None) -> int:
             "agent.executor: --contained needs an init as parent (docker --init)", file=sys.stderr
         )
         return 2
+    identities = identities_of(args)
     args.python_socket = args.python_socket or os.path.join(
         os.path.dirname(args.socket), PYTHON_SOCKET_NAME
     )
     os.chdir(args.work_dir)
-    executor = Executor(args)
+    executor = Executor(args, identities)
     executor.worker.start()  # listening before the executor's socket appears
-    server = listen(args.socket)
+    with identities.as_host_files():
+        server = listen(args.socket)
     serve(
         server,
         executor.handle,
         tick=executor.worker.watch,
         exit_with=os.getppid() if args.exit_with_parent else None,
+        admit=from_outside_the_box if args.contained else None,
+        orphan_after=args.orphan_after,
     )
     return 0
 

@@ -1,0 +1,135 @@
+"""A task's checks, run by the verifier: another user, the agent frozen, exit codes only.
+
+Checks decide rewards, so nothing the agent runs may reach them. For each batch:
+
+1. **freeze** every agent process (SIGSTOP): nothing the agent started can move, swap a
+   file or answer in a check's place while the verifier looks;
+2. run each check as the **verifier user** (another uid, in the agent's group: it reads
+   the agent's files as data, as any member of that group would; agent processes cannot
+   signal, ptrace or read it), in the work dir, with a clean environment whose ``HOME`` is
+   not the agent's, the env's data on its stdin, under its own timeout. A check holds when
+   it exits 0, as ``waitpid`` says: nothing is parsed from its output;
+3. kill whatever the check left behind (every process of the verifier user);
+4. **thaw** what step 1 stopped.
+
+A check that cannot even start (the agent used up the box's process limit) does not
+hold: the agent's doing. In the fake sandbox (no users to switch) checks run as the
+executor's own user and nothing is frozen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .identity import Identities
+from .processes import kill_group
+
+PROC = Path("/proc")
+FREEZE_DEADLINE_S = 1.0
+VERIFIER_HOME = "/"  # read-only and the agent's dotfiles are not there
+BARE_ENVIRONMENT = ("PATH", "LANG", "TMPDIR")
+
+
+def processes_of(uid: int) -> Iterator[tuple[int, str]]:
+    """(pid, state letter) of every process whose real uid is ``uid``."""
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if int(fields["Uid"].split()[0]) == uid:
+            yield int(entry.name), fields["State"][0]
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.kill(pid, signum)
+
+
+def freeze(uid: int) -> set[int]:
+    """SIGSTOP every process of ``uid``, children forked meanwhile too; return them."""
+    stopped: set[int] = set()
+    deadline = time.monotonic() + FREEZE_DEADLINE_S
+    while True:
+        states = dict(processes_of(uid))
+        fresh = {pid for pid, state in states.items() if pid not in stopped and state not in "TtZX"}
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= fresh
+        settled = all(states.get(pid, "X") in "TtZX" for pid in stopped)
+        if (not fresh and settled) or time.monotonic() > deadline:
+            return stopped
+        time.sleep(0.0005)
+
+
+def thaw(pids: set[int]) -> None:
+    for pid in pids:
+        _signal(pid, signal.SIGCONT)
+
+
+def kill_user(uid: int, deadline_s: float = 2.0) -> None:
+    """SIGKILL every process of ``uid`` until none is left."""
+    end = time.monotonic() + deadline_s
+    while alive := [pid for pid, state in processes_of(uid) if state not in "ZX"]:
+        for pid in alive:
+            _signal(pid, signal.SIGKILL)
+        if time.monotonic() > end:
+            raise TimeoutError(f"processes of uid {uid} still alive after {deadline_s} s")
+        time.sleep(0.0005)
+
+
+class Verifier:
+    """Runs batches of checks for the executor (see the module docstring)."""
+
+    def __init__(self, identities: Identities, shell: str, cwd: str) -> None:
+        self.identities = identities
+        self.shell = shell
+        self.cwd = cwd
+        self.environment = dict(os.environ)
+        if identities.switching:
+            self.environment = {k: v for k, v in os.environ.items() if k in BARE_ENVIRONMENT}
+            self.environment["HOME"] = VERIFIER_HOME
+
+    def run(self, checks: list[tuple[str, bytes, float]]) -> list[bool]:
+        """Whether each ``(command, stdin, timeout)`` holds, the agent frozen meanwhile."""
+        agent = self.identities.agent
+        frozen = freeze(agent.uid) if agent is not None else set()
+        try:
+            return [self._check(*check) for check in checks]
+        finally:
+            thaw(frozen)
+
+    def _check(self, command: str, stdin: bytes, timeout: float) -> bool:
+        try:
+            proc = subprocess.Popen(
+                [self.shell, "-c", command],
+                cwd=self.cwd,
+                env=self.environment,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=self.identities.verifier_process(),
+            )
+        except OSError:  # no process to be had: the agent used up the box's limit
+            return False
+        try:
+            proc.communicate(stdin, timeout=timeout)
+            holds = proc.returncode == 0
+        except subprocess.TimeoutExpired:
+            holds = False
+        finally:
+            kill_group(proc.pid)
+            proc.wait()
+            if self.identities.verifier is not None:
+                kill_user(self.identities.verifier.uid)
+        return holds
