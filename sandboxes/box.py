@@ -16,12 +16,19 @@ no sense (the worker was killed at its deadline, ran out of memory, called ``os.
 or was patched by agent code), the executor is asked (``python_exit``) how the worker
 ended, and the answer is the call's result.
 
+A box may restart its executor (``restarts``: the Docker box's keeper does, when a signal
+ended it). When the connection breaks, the host then asks the executor who it is: a new
+executor and a moved OOM counter mean the agent filled the box's memory until the
+kernel's OOM killer took the executor, and everything the agent ran went with it: a
+``SandboxOOM`` (the agent's doing), the box usable again. Anything else is ``SandboxDied``.
+
 Paths of file calls must be text a file system can hold (no NUL, no lone surrogate):
 anything else is a ``SandboxFileError`` before it leaves the host.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import time
@@ -47,6 +54,7 @@ from .config import SandboxConfig
 from .replies import BadReply, CallReply, read_reply, worker_frame_limit
 
 VERIFY_GRACE_S = 1.0  # per check, on top of its timeout: starting it, freezing the agent
+RECOVERY_POLL_S = 0.05
 
 
 def _same_path(path: str) -> str:
@@ -57,7 +65,8 @@ class ExecutorSandbox:
     """One box, seen from the host. Thread-safe for sync calls; async calls never block.
 
     ``executor_uid`` is the user the executor runs as, seen from the host: every socket
-    of the box must have been listened on by it.
+    of the box must have been listened on by it. ``restarts``: the box restarts its
+    executor when a signal ends it (see the module docstring).
     """
 
     def __init__(
@@ -69,8 +78,11 @@ class ExecutorSandbox:
         executor_uid: int,
         metrics: m.MetricsSink | None = None,
         map_path: Callable[[str], str] = _same_path,
+        restarts: bool = False,
     ) -> None:
         self._id = box_id
+        self._restarts = restarts
+        self._executor: tuple[object, object] | None = None  # (pid, oom_kills) last seen
         self._client = ExecutorClient(socket_path, listener_uid=executor_uid)
         self._python = ExecutorClient(
             os.path.join(os.path.dirname(socket_path), PYTHON_SOCKET_NAME),
@@ -135,7 +147,7 @@ class ExecutorSandbox:
 
     def ping(self) -> None:
         """Raise ``SandboxDied`` unless the executor answers (health checks)."""
-        self._call({"op": "ping"}, self._config.host_grace_s)
+        self._seen(self._call({"op": "ping"}, self._config.host_grace_s))
 
     async def arun_shell(
         self, command: str, *, timeout: float | None = None, stdin: str | bytes | None = None
@@ -287,7 +299,7 @@ class ExecutorSandbox:
         try:
             reply = self._client.call(request, timeout + self._config.host_grace_s)
         except TransportError as exc:
-            raise self._died(exc) from exc
+            raise self._lost(exc, self._recover()) from exc
         return self._check_reply(reply)
 
     async def _acall(self, request: Message, timeout: float) -> Message:
@@ -295,8 +307,53 @@ class ExecutorSandbox:
         try:
             reply = await self._client.acall(request, timeout + self._config.host_grace_s)
         except TransportError as exc:
-            raise self._died(exc) from exc
+            raise self._lost(exc, await self._arecover()) from exc
         return self._check_reply(reply)
+
+    def _recover(self) -> Message | None:
+        """A ``ping`` answer from the executor, come back within the grace; or None."""
+        deadline = time.monotonic() + self._config.host_grace_s
+        while self._restarts and time.monotonic() < deadline:
+            try:
+                return self._client.call({"op": "ping"}, RECOVERY_POLL_S * 20)
+            except TransportError:
+                time.sleep(RECOVERY_POLL_S)
+        return None
+
+    async def _arecover(self) -> Message | None:
+        deadline = time.monotonic() + self._config.host_grace_s
+        while self._restarts and time.monotonic() < deadline:
+            try:
+                return await self._client.acall({"op": "ping"}, RECOVERY_POLL_S * 20)
+            except TransportError:
+                await asyncio.sleep(RECOVERY_POLL_S)
+        return None
+
+    def _lost(self, exc: TransportError, ping: Message | None) -> SandboxError:
+        """What a broken connection meant: the agent's OOM, or the box's death."""
+        if ping is not None and self._restarted_by_oom(ping):
+            self._seen(ping)
+            self._python.close()
+            self.oom_kills += 1
+            self._metrics.increment(m.OOM_KILLS, {"op": "box"})
+            return SandboxOOM(
+                "the box ran out of memory and the kernel killed its executor: every "
+                "process the agent had started is gone, files are kept"
+            )
+        return self._died(exc)
+
+    def _restarted_by_oom(self, ping: Message) -> bool:
+        """Another executor answers, and the OOM killer took a process since we last looked."""
+        if self._executor is None:
+            return False
+        pid, oom_kills = self._executor
+        now = ping.get("oom_kills")
+        if not isinstance(now, int) or not isinstance(oom_kills, int):
+            return False
+        return ping.get("pid") != pid and now > oom_kills
+
+    def _seen(self, reply: Message) -> None:
+        self._executor = (reply.get("pid"), reply.get("oom_kills"))
 
     def _check_usable(self) -> None:
         if self._state is SandboxState.DEAD:
@@ -345,6 +402,8 @@ class ExecutorSandbox:
         return result
 
     def _finish_reset(self, reply: Message, start: float) -> None:
+        if self._executor is not None:
+            self._executor = (self._executor[0], reply.get("oom_kills"))
         self._python.close()  # the next Python call meets the fresh worker
         self.timeouts = 0
         self._metrics.observe(m.RESET, time.perf_counter() - start)

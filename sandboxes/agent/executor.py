@@ -3,15 +3,22 @@
 Run inside a box as root (the trusted side), e.g. ``python3 -m agent.executor --socket
 /run/rollgym/executor.sock --contained --agent-user 61000:61000 --verifier-user
 61001:61000 --host-user 0:0 --orphan-after 30 ...``: agent commands then run as the
-agent's user, checks as the verifier's (``identity``, ``verifier``), and only peers from
-outside the box's pid namespace may connect. ``--contained`` lets reset kill every
-other process, which is only safe when an init is our parent in a container. The fake
-sandbox runs it on the host with no users to switch.
+agent's user, checks as the verifier's (``identity``, ``verifier``), and reset kills
+every process of those two users. ``--contained`` says we are alone in a box: the
+cgroup's OOM counter is ours, and only peers from outside the box's pid namespace may
+connect. The fake sandbox runs it on the host, with no users to switch.
+
+In a box a small keeper (``sh``) restarts the executor if a signal ends it (the kernel's
+OOM killer can pick it when the agent fills the memory with many small processes), after
+killing every process but the init: a fresh executor never shares the box with agent
+processes of an earlier one. ``ping`` says who answers (``pid``) and how many processes
+the OOM killer took in the box so far (``oom_kills``), so the host can tell a restart the
+agent caused from a failure of ours.
 
 Requests and replies are frames (``framing``); one request is served at a time, from any
 number of host connections. Every request names an ``op``::
 
-    ping                             -> {ok, pid}
+    ping                             -> {ok, pid, oom_kills}
     shell  {command, timeout, cap,   -> {ok, exit_code, stdout, stderr, truncated,
             stdin (base64, optional)}      duration_s, timed_out, oom}
     python_exit {cap}                -> the same, for a Python call the host lost
@@ -19,7 +26,7 @@ number of host connections. Every request names an ``op``::
     read   {path, max_bytes}         -> {ok, data (base64)}
     verify {checks: [{command, stdin (base64), timeout}]}
                                      -> {ok, holds: [bool, ...]}
-    reset                            -> {ok, duration_s}
+    reset                            -> {ok, duration_s, oom_kills}
 
 Python calls go to the Python worker's own socket (``pyworker``), with the same request
 and reply as ``shell`` (``{op: python, code, timeout, cap}``).
@@ -43,13 +50,7 @@ from collections.abc import Callable
 
 from .framing import Message
 from .identity import Identities, User
-from .processes import (
-    group_alive,
-    kill_everything_else,
-    kill_group,
-    oom_kill_count,
-    reap_children,
-)
+from .processes import group_alive, kill_group, kill_user, oom_kill_count, reap_children
 from .pyworker import PythonWorker
 from .result import CallResult
 from .server import from_outside_the_box, listen, serve
@@ -80,7 +81,11 @@ class Executor:
         self.folders = [WipedFolder.capture(folder) for folder in args.wipe]
         self.oom_seen = self._oom_count()
         self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
-            "ping": lambda req, host: {"ok": True, "pid": os.getpid()},
+            "ping": lambda req, host: {
+                "ok": True,
+                "pid": os.getpid(),
+                "oom_kills": self._oom_count(),
+            },
             "shell": self.shell,
             "python_exit": self.python_exit,
             "write": self.write,
@@ -187,8 +192,7 @@ class Executor:
             kill_group(pgid)
         self.groups.clear()
         try:
-            if self.args.contained:
-                kill_everything_else()
+            self.kill_untrusted()
             reap_children()
             for folder in self.folders:
                 folder.reset(switching=self.identities.switching)
@@ -198,7 +202,13 @@ class Executor:
             raise RequestError("reset_failed", str(exc)) from exc
         self.worker.start()
         self.oom_seen = self._oom_count()
-        return {"ok": True, "duration_s": time.monotonic() - start}
+        return {"ok": True, "duration_s": time.monotonic() - start, "oom_kills": self.oom_seen}
+
+    def kill_untrusted(self) -> None:
+        """SIGKILL every agent and verifier process, whatever session or group it hid in."""
+        for user in (self.identities.agent, self.identities.verifier):
+            if user is not None:
+                kill_user(user.uid)
 
 
 def _require_regular(fd: int, name: object) -> None:
@@ -216,7 +226,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--shell", default="/bin/bash")
     parser.add_argument("--python-grace", type=float, default=0.5)
-    parser.add_argument("--contained", action="store_true", help="reset kills every process")
+    parser.add_argument("--contained", action="store_true", help="we are alone in a box")
     parser.add_argument("--exit-with-parent", action="store_true")
     parser.add_argument("--agent-user", type=User.parse, help="uid:gid agent processes run as")
     parser.add_argument("--verifier-user", type=User.parse, help="uid:gid checks run as")
@@ -244,17 +254,13 @@ def identities_of(args: argparse.Namespace) -> Identities:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.contained and os.getppid() != 1:
-        print(
-            "agent.executor: --contained needs an init as parent (docker --init)", file=sys.stderr
-        )
-        return 2
     identities = identities_of(args)
     args.python_socket = args.python_socket or os.path.join(
         os.path.dirname(args.socket), PYTHON_SOCKET_NAME
     )
     os.chdir(args.work_dir)
     executor = Executor(args, identities)
+    executor.kill_untrusted()  # nothing an earlier executor's agent left may outlive it
     executor.worker.start()  # listening before the executor's socket appears
     with identities.as_host_files():
         server = listen(args.socket)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+PROC = Path("/proc")
 
 # cgroup v2 keeps the counter in memory.events, v1 in memory.oom_control ("oom_kill N").
 OOM_COUNTER_FILES = (
@@ -50,22 +54,31 @@ def reap_children() -> None:
             return
 
 
-def kill_everything_else(deadline_s: float = 5.0) -> None:
-    """SIGKILL every process this user may signal except PID 1 (the init) and ourselves.
-
-    Only ever called inside a container (the executor checks), where that means every
-    process an agent started, whatever session or group it hid in. Loops until nothing is
-    left to signal: zombies count until their parent (ours, or the init) reaps them.
-    """
-    end = time.monotonic() + deadline_s
-    while True:
+def processes_of(uid: int) -> Iterator[tuple[int, str]]:
+    """(pid, state letter) of every process whose real uid is ``uid``."""
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+            status = (entry / "status").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if int(fields["Uid"].split()[0]) == uid:
+            yield int(entry.name), fields["State"][0]
+
+
+def kill_user(uid: int, deadline_s: float = 5.0) -> None:
+    """SIGKILL every process of ``uid``, whatever session or group it hid in, until none
+    is left (zombies count until their parent, ours or the init, reaps them)."""
+    end = time.monotonic() + deadline_s
+    while alive := [pid for pid, state in processes_of(uid) if state not in "ZX"]:
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         reap_children()
         if time.monotonic() > end:
-            raise TimeoutError(f"processes still alive after {deadline_s} s of SIGKILL")
+            raise TimeoutError(f"processes of uid {uid} still alive after {deadline_s} s")
         time.sleep(0.0005)
 
 

@@ -24,30 +24,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 from .identity import Identities
-from .processes import kill_group
+from .processes import kill_group, kill_user, processes_of
 
-PROC = Path("/proc")
 FREEZE_DEADLINE_S = 1.0
 VERIFIER_HOME = "/"  # read-only and the agent's dotfiles are not there
 BARE_ENVIRONMENT = ("PATH", "LANG", "TMPDIR")
-
-
-def processes_of(uid: int) -> Iterator[tuple[int, str]]:
-    """(pid, state letter) of every process whose real uid is ``uid``."""
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if int(fields["Uid"].split()[0]) == uid:
-            yield int(entry.name), fields["State"][0]
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -74,17 +57,6 @@ def freeze(uid: int) -> set[int]:
 def thaw(pids: set[int]) -> None:
     for pid in pids:
         _signal(pid, signal.SIGCONT)
-
-
-def kill_user(uid: int, deadline_s: float = 2.0) -> None:
-    """SIGKILL every process of ``uid`` until none is left."""
-    end = time.monotonic() + deadline_s
-    while alive := [pid for pid, state in processes_of(uid) if state not in "ZX"]:
-        for pid in alive:
-            _signal(pid, signal.SIGKILL)
-        if time.monotonic() > end:
-            raise TimeoutError(f"processes of uid {uid} still alive after {deadline_s} s")
-        time.sleep(0.0005)
 
 
 class Verifier:

@@ -63,6 +63,10 @@ EXECUTOR_UID = 0  # root in the box (no user namespace): what SO_PEERCRED shows 
 # What the executor needs and nothing else: run commands as other users, and signal them.
 EXECUTOR_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
 AGENT_WRITABLE = (WORK_DIR, TMP_DIR, "/dev/shm", "/dev/mqueue")  # all that reset wipes
+# The container's main process: restart the executor when a signal ended it (the OOM
+# killer may pick it), after killing every other process but the init. Only a shell
+# builtin runs meanwhile, and the shell is too small for the OOM killer to want it.
+KEEPER = 'while :; do "$@"; code=$?; [ "$code" -gt 128 ] || exit "$code"; kill -9 -1; done'
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +92,7 @@ def container_spec(
 ) -> dict[str, Any]:
     """Keyword arguments of ``containers.create`` for one hardened box owned by ``host``."""
     command = [
+        "sh", "-c", KEEPER, "rollgym-keeper",
         "python3", "-B", "-m", "agent.executor",
         "--socket", f"{BOX_RUNTIME_DIR}/{SOCKET_NAME}",
         "--work-dir", WORK_DIR,
@@ -224,6 +229,7 @@ class DockerProvider:
                 self.config.box,
                 executor_uid=EXECUTOR_UID,
                 metrics=self._metrics,
+                restarts=True,
             )
             box.ping()
         except BaseException:

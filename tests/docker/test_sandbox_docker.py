@@ -131,17 +131,17 @@ def test_a_python_call_that_ignores_sigint_is_killed_and_the_namespace_replaced(
 
 
 def test_fork_bomb_is_contained(pool) -> None:
-    # bash builtins only (no child of its own): init, executor, Python worker and this bash
+    # bash builtins only (no child of its own): init, keeper, executor, Python worker, this bash
     count = "n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo $n"
     with pool.sandbox() as box:
-        assert box.run_shell(count).stdout == "4\n"
+        assert box.run_shell(count).stdout == "5\n"
         with pytest.raises(SandboxTimeout):
             box.run_shell("bomb() { bomb | bomb & }; bomb; sleep 5", timeout=3)
         assert box.run_shell("echo alive").stdout == "alive\n"
         events = "cat /sys/fs/cgroup/pids/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids.events"
         refused = box.run_shell(events).stdout.split()
         assert refused[0] == "max" and int(refused[1]) > 0  # the pids limit stopped it
-        assert box.run_shell(count).stdout == "4\n"  # and the timeout took all of it
+        assert box.run_shell(count).stdout == "5\n"  # and the timeout took all of it
 
 
 SMALL_MEMORY = SandboxConfig(memory_mb=64, work_dir_mb=8, tmp_dir_mb=8, shm_mb=8)
