@@ -187,12 +187,12 @@ class Executor:
 
     def reset(self, req: Message, host: socket.socket | None) -> Message:
         start = time.monotonic()
-        self.worker.stop()
-        for pgid in self.groups:
-            kill_group(pgid)
-        self.groups.clear()
         try:
-            self.kill_untrusted()
+            self.kill_untrusted()  # first: no agent process is left to hold a child of ours
+            self.worker.stop()
+            for pgid in self.groups:
+                kill_group(pgid)
+            self.groups.clear()
             reap_children()
             for folder in self.folders:
                 folder.reset(switching=self.identities.switching)

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PROC = Path("/proc")
+REAP_TIMEOUT_S = 1.0
+KILLED = 128 + signal.SIGKILL  # what we report for a child we killed but could not reap
 
 # cgroup v2 keeps the counter in memory.events, v1 in memory.oom_control ("oom_kill N").
 OOM_COUNTER_FILES = (
@@ -41,6 +43,26 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def reap(pid: int, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
+    """Wait at most ``timeout_s`` for child ``pid`` to be reapable; its wait status, or None.
+
+    Never wait without a bound on a process agent code may hold: a child that another
+    agent process ptrace-attached cannot be reaped until its tracer lets go, and an
+    executor that waited for it would hang. ``reap_children`` collects it later.
+    """
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere already
+            return None
+        if done:
+            return status
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.0005)
 
 
 def reap_children() -> None:

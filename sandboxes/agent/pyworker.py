@@ -42,7 +42,7 @@ from typing import Any, TextIO
 
 from .framing import Message
 from .identity import Identities, become
-from .processes import exit_code_of, kill_group
+from .processes import KILLED, exit_code_of, kill_group, reap
 from .result import CallResult
 from .server import listen, serve
 
@@ -254,10 +254,12 @@ class PythonWorker:
         kill_group(self.pid)
         status = self._exit_status
         if status is None:
-            _, status = os.waitpid(self.pid, 0)
+            status = reap(self.pid)
         self.pid, self._exit_status = None, None
         with self.identities.as_host_files(), contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
+        if status is None:  # held by a tracer of the agent's: reaped later
+            return KILLED
         return exit_code_of(os.waitstatus_to_exitcode(status))
 
     def end_report(self, cap: int) -> CallResult:

@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from .processes import exit_code_of, kill_group
+from .processes import KILLED, exit_code_of, kill_group, reap
 from .result import CallResult
 from .streams import CappedOutput, Outcome, drain, pump
 
@@ -62,14 +62,16 @@ def run_shell(
         outcome = pump(outputs, pidfd, start + timeout, host)
         if outcome is not Outcome.DONE:
             kill_group(proc.pid)
-        returncode = proc.wait()
+        status = reap(proc.pid)
         drain(outputs)
     finally:
         os.close(pidfd)
         proc.stdout.close()
         proc.stderr.close()
+    exit_code = KILLED if status is None else exit_code_of(os.waitstatus_to_exitcode(status))
+    proc.returncode = exit_code  # reaped (or given up on) here: Popen must not wait for it
     result = CallResult(
-        exit_code=exit_code_of(returncode),
+        exit_code=exit_code,
         stdout=out.text(),
         stderr=err.text(),
         truncated=out.truncated or err.truncated,

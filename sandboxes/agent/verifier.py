@@ -2,8 +2,9 @@
 
 Checks decide rewards, so nothing the agent runs may reach them. For each batch:
 
-1. **freeze** every agent process (SIGSTOP): nothing the agent started can move, swap a
-   file or answer in a check's place while the verifier looks;
+1. **freeze** every agent process (SIGSTOP; one that keeps being resumed is killed):
+   nothing the agent started can move, swap a file or answer in a check's place while
+   the verifier looks;
 2. run each check as the **verifier user** (another uid, in the agent's group: it reads
    the agent's files as data, as any member of that group would; agent processes cannot
    signal, ptrace or read it), in the work dir, with a clean environment whose ``HOME`` is
@@ -26,9 +27,10 @@ import subprocess
 import time
 
 from .identity import Identities
-from .processes import kill_group, kill_user, processes_of
+from .processes import kill_group, kill_user, processes_of, reap
 
 FREEZE_DEADLINE_S = 1.0
+STOPPED = "TtZX"  # stopped, traced, zombie, dead: nothing that runs
 VERIFIER_HOME = "/"  # read-only and the agent's dotfiles are not there
 BARE_ENVIRONMENT = ("PATH", "LANG", "TMPDIR")
 
@@ -39,19 +41,21 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def freeze(uid: int) -> set[int]:
-    """SIGSTOP every process of ``uid``, children forked meanwhile too; return them."""
+    """SIGSTOP every process of ``uid`` (children forked meanwhile too); return them.
+
+    Stopped processes cannot resume each other, but one still running can: every round
+    stops whatever of ``uid`` runs. A process still running at the deadline (agent
+    processes resuming each other faster than we stop them) is killed instead.
+    """
     stopped: set[int] = set()
     deadline = time.monotonic() + FREEZE_DEADLINE_S
-    while True:
-        states = dict(processes_of(uid))
-        fresh = {pid for pid, state in states.items() if pid not in stopped and state not in "TtZX"}
-        for pid in fresh:
-            _signal(pid, signal.SIGSTOP)
-        stopped |= fresh
-        settled = all(states.get(pid, "X") in "TtZX" for pid in stopped)
-        if (not fresh and settled) or time.monotonic() > deadline:
-            return stopped
+    while running := {pid for pid, state in processes_of(uid) if state not in STOPPED}:
+        signum = signal.SIGSTOP if time.monotonic() < deadline else signal.SIGKILL
+        for pid in running:
+            _signal(pid, signum)
+        stopped |= running
         time.sleep(0.0005)
+    return stopped
 
 
 def thaw(pids: set[int]) -> None:
@@ -101,7 +105,7 @@ class Verifier:
             holds = False
         finally:
             kill_group(proc.pid)
-            proc.wait()
+            reap(proc.pid)
             if self.identities.verifier is not None:
                 kill_user(self.identities.verifier.uid)
         return holds
