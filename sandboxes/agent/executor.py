@@ -116,7 +116,7 @@ class Executor:
             cap=int(req["cap"]),
             host=host,
             stdin=base64.b64decode(req.get("stdin", "")),
-            preexec=self.identities.agent_process(),
+            identities=self.identities,
         )
         if pgid is not None:
             self.groups.add(pgid)

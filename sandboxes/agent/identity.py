@@ -24,7 +24,8 @@ import contextlib
 import ctypes
 import dataclasses
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 AGENT_OOM_SCORE_ADJ = "1000"  # the OOM killer's first choice: agent processes, never ours
 
@@ -62,13 +63,28 @@ class Identities:
     def switching(self) -> bool:
         return self.agent is not None
 
-    def agent_process(self) -> Callable[[], None] | None:
-        """A ``preexec_fn`` that turns a fresh child into an agent process."""
-        return None if self.agent is None else _become(self.agent, AGENT_OOM_SCORE_ADJ)
+    def agent_process(self) -> dict[str, Any]:
+        """``Popen`` keywords that start a child as an agent process (none for the fake).
 
-    def verifier_process(self) -> Callable[[], None] | None:
-        """A ``preexec_fn`` that turns a fresh child into a verifier process."""
-        return None if self.verifier is None else _become(self.verifier, None)
+        The user switch happens in C between fork and exec (no Python runs in the child,
+        which is much cheaper than a ``preexec_fn``); ``mark_agent`` then hands the new
+        process to the OOM killer first.
+        """
+        return _popen_user(self.agent)
+
+    def verifier_process(self) -> dict[str, Any]:
+        """``Popen`` keywords that start a child as a verifier process (none for the fake)."""
+        return _popen_user(self.verifier)
+
+    def mark_agent(self, pid: int) -> None:
+        """Make ``pid`` the OOM killer's first choice (best effort: it may lower it again,
+        and without CAP_SYS_RESOURCE nobody can stop that; the box's keeper and the host's
+        OOM accounting handle an executor the OOM killer took anyway)."""
+        if self.agent is None:
+            return
+        path = f"/proc/{pid}/oom_score_adj"
+        with files_as(self.agent), contextlib.suppress(OSError), open(path, "w") as handle:
+            handle.write(AGENT_OOM_SCORE_ADJ)  # OSError: it is gone already
 
     def as_agent_files(self) -> contextlib.AbstractContextManager[None]:
         """File calls made for the host see the box as the agent does."""
@@ -79,22 +95,24 @@ class Identities:
         return files_as(self.host)
 
 
-def _become(user: User, oom_score_adj: str | None) -> Callable[[], None]:
-    def preexec() -> None:
-        if oom_score_adj is not None:  # raising it needs no privilege; do it while we can
-            with open("/proc/self/oom_score_adj", "w") as handle:
-                handle.write(oom_score_adj)
-        os.setgroups([])
-        os.setgid(user.gid)
-        os.setuid(user.uid)  # real, effective and saved: there is no way back
-
-    return preexec
+def _popen_user(user: User | None) -> dict[str, Any]:
+    if user is None:
+        return {}
+    return {"user": user.uid, "group": user.gid, "extra_groups": []}
 
 
-def become(user: User | None, oom_score_adj: str | None = AGENT_OOM_SCORE_ADJ) -> None:
-    """Turn the calling (forked) process into ``user`` for good; no-op for ``None``."""
-    if user is not None:
-        _become(user, oom_score_adj)()
+def become(user: User | None) -> None:
+    """Turn the calling (forked) process into ``user`` for good; no-op for ``None``.
+
+    Its OOM score goes up first, while it still may (raising needs no privilege).
+    """
+    if user is None:
+        return
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write(AGENT_OOM_SCORE_ADJ)
+    os.setgroups([])
+    os.setgid(user.gid)
+    os.setuid(user.uid)  # real, effective and saved: there is no way back
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """One shell command per call: a fresh ``bash -c`` in its own session, killed by group.
 
 Each command starts in the work dir with the executor's environment, as the agent's user
-(``preexec``), its stdin the call's data or nothing; nothing but files carries over
+(``identities``), its stdin the call's data or nothing; nothing but files carries over
 between calls (no ``cd`` or ``export`` memory). A command that outlives its timeout is
 SIGKILLed with every process in its group. Background processes it started may keep
 running (a server the next command talks to); ``reset`` ends them.
@@ -13,8 +13,8 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 
+from .identity import Identities
 from .processes import KILLED, exit_code_of, kill_group, reap
 from .result import CallResult
 from .streams import CappedOutput, Outcome, drain, pump
@@ -31,7 +31,7 @@ def run_shell(
     cap: int,
     host: socket.socket | None = None,
     stdin: bytes = b"",
-    preexec: Callable[[], None] | None = None,
+    identities: Identities | None = None,
 ) -> tuple[CallResult, int | None]:
     """Run ``command``; return its result and its process group id (None if it never ran)."""
     start = time.monotonic()
@@ -44,7 +44,7 @@ def run_shell(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=preexec,
+            **(identities.agent_process() if identities else {}),
         )
     except OSError as exc:  # no process to be had (the box's limit), or no shell
         message = f"rollgym: cannot start the command: {exc}\n"
@@ -52,6 +52,8 @@ def run_shell(
     finally:
         if data != subprocess.DEVNULL:
             os.close(data)
+    if identities is not None:
+        identities.mark_agent(proc.pid)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = CappedOutput(cap), CappedOutput(cap)
     outputs = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}

@@ -94,7 +94,7 @@ class Verifier:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=self.identities.verifier_process(),
+                **self.identities.verifier_process(),
             )
         except OSError:  # no process to be had: the agent used up the box's limit
             return False
