@@ -34,7 +34,8 @@ and reply as ``shell`` (``{op: python, code, timeout, cap}``).
 A failed request answers ``{ok: false, error: bad_request | file | reset_failed |
 internal, message}``; the executor itself never dies of a request. Files are read and
 written as the agent (its file-system identity), only regular files, never blocking on
-a FIFO. The sockets appear (atomically, by rename) only once they are listening.
+a FIFO, never in /proc or /sys (where /proc/self would be the executor). The sockets
+appear (atomically, by rename) only once they are listening.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ from .wipe import WipedFolder, remove_ipc_objects
 OOM_EXIT_CODE = 137  # 128 + SIGKILL: how the OOM killer's victims exit
 PYTHON_SOCKET_NAME = "python.sock"
 FILE_FLAGS = os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # a FIFO never blocks us
+# /proc/self is the executor itself, whoever's file-system identity opens it: file calls
+# never reach these file systems.
+PSEUDO_FILE_SYSTEMS = ("/proc", "/sys")
 
 
 class RequestError(Exception):
@@ -212,8 +216,13 @@ class Executor:
 
 
 def _require_regular(fd: int, name: object) -> None:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_dev in _pseudo_devices():
         raise RequestError("file", f"{name} is not a regular file")
+
+
+def _pseudo_devices() -> set[int]:
+    return {os.stat(path).st_dev for path in PSEUDO_FILE_SYSTEMS if os.path.isdir(path)}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -160,7 +160,7 @@ def test_users_parse_and_the_fake_switches_none() -> None:
     assert User.parse("61000:61001") == User(61000, 61001)
     assert User.parse("5") == User(5, 5)
     none = Identities.none()
-    assert not none.switching and none.agent_process() is None
+    assert not none.switching and none.agent_process() == {} == none.verifier_process()
 
 
 EXIT_SCRIPT = """

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from attack_kit import assert_still_fine
 
-from rollgym.sandboxes.base import SandboxOOM, SandboxTimeout
+from rollgym.sandboxes.base import SandboxFileError, SandboxOOM, SandboxTimeout
 
 FIND_EXECUTOR = "pid=$(pgrep -u root -x python3)"  # the keeper is sh, the init docker-init
 
@@ -112,4 +112,21 @@ def test_the_python_worker_cannot_speak_for_the_executor(pool) -> None:
 def test_a_worker_killed_for_memory_is_the_agents_oom(pool) -> None:
     with pool.sandbox() as box, pytest.raises(SandboxOOM):
         box.run_python("hog = bytearray(512 << 20)")
+    assert_still_fine(pool)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/proc/self/environ", "/proc/self/maps", "/proc/thread-self/status", "selfie/cmdline"],
+)
+def test_file_calls_never_reach_the_executors_own_proc_files(pool, path: str) -> None:
+    # /proc/self, opened by the executor, is the executor: whatever identity opens it
+    with pool.sandbox() as box:
+        box.run_shell("ln -s /proc/self selfie")
+        with pytest.raises(SandboxFileError):  # not a regular file, or not the agent's to read
+            box.read_file(path)
+        with pytest.raises(SandboxFileError):
+            box.write_file(path, "x")
+        with pytest.raises(SandboxFileError):
+            box.write_file("/proc/self/fd/1", "x")
     assert_still_fine(pool)
