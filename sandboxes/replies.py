@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 from .agent.framing import Message
 
+NUMBERS = (int, float)
+
 
 class BadReply(Exception):
     """A reply that is not a well-formed result (from an untrusted or broken peer)."""
@@ -38,39 +40,26 @@ def worker_frame_limit(cap: int) -> int:
 
 
 def read_reply(reply: Message, *, cap: int, trusted: bool) -> CallReply:
-    """A command's result from ``reply``; ``BadReply`` unless every field has its type."""
-    stdout, stderr = _text(reply, "stdout"), _text(reply, "stderr")
-    truncated = _flag(reply, "truncated")
-    duration = reply.get("duration_s")
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
-        raise BadReply(f"the reply's duration_s is {duration!r}")
-    if not math.isfinite(duration) or duration < 0:
+    """A command's result from ``reply``; ``BadReply`` unless every field has its type.
+
+    On every Python call's path, so it checks exact types (what JSON gives) in one
+    expression: a bool is never taken for an exit code.
+    """
+    get = reply.get
+    stdout, stderr, exit_code = get("stdout"), get("stderr"), get("exit_code")
+    truncated, timed_out, duration = get("truncated"), get("timed_out"), get("duration_s")
+    if (
+        stdout.__class__ is not str
+        or stderr.__class__ is not str
+        or exit_code.__class__ is not int
+        or truncated.__class__ is not bool
+        or timed_out.__class__ is not bool
+        or duration.__class__ not in NUMBERS
+    ):
+        raise BadReply(f"a field of the reply has the wrong type: {reply!r:.200}")
+    if not 0.0 <= duration < math.inf:  # also false for NaN
         raise BadReply(f"the reply's duration_s is {duration}")
-    exit_code = reply.get("exit_code")
-    if isinstance(exit_code, bool) or not isinstance(exit_code, int):
-        raise BadReply(f"the reply's exit_code is {exit_code!r}")
     if len(stdout) > cap or len(stderr) > cap:
         stdout, stderr, truncated = stdout[:cap], stderr[:cap], True
-    return CallReply(
-        stdout=stdout,
-        stderr=stderr,
-        exit_code=exit_code,
-        truncated=truncated,
-        duration_s=float(duration),
-        timed_out=_flag(reply, "timed_out"),
-        oom=_flag(reply, "oom") if trusted else False,
-    )
-
-
-def _text(reply: Message, name: str) -> str:
-    value = reply.get(name)
-    if not isinstance(value, str):
-        raise BadReply(f"the reply's {name} is {type(value).__name__}, not text")
-    return value
-
-
-def _flag(reply: Message, name: str) -> bool:
-    value = reply.get(name)
-    if not isinstance(value, bool):
-        raise BadReply(f"the reply's {name} is {type(value).__name__}, not a bool")
-    return value
+    oom = trusted and get("oom") is True
+    return CallReply(stdout, stderr, exit_code, truncated, float(duration), timed_out, oom)
