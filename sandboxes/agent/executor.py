@@ -51,7 +51,7 @@ from collections.abc import Callable
 
 from .framing import Message
 from .identity import Identities, User
-from .processes import group_alive, kill_group, kill_user, oom_kill_count, reap_children
+from .processes import group_alive, kill_group, kill_users, oom_kill_count, reap_children
 from .pyworker import PythonWorker
 from .result import CallResult
 from .server import from_outside_the_box, listen, serve
@@ -210,9 +210,10 @@ class Executor:
 
     def kill_untrusted(self) -> None:
         """SIGKILL every agent and verifier process, whatever session or group it hid in."""
-        for user in (self.identities.agent, self.identities.verifier):
-            if user is not None:
-                kill_user(user.uid)
+        users = (self.identities.agent, self.identities.verifier)
+        uids = [user.uid for user in users if user is not None]
+        if uids:
+            kill_users(*uids)
 
 
 def _require_regular(fd: int, name: object) -> None:

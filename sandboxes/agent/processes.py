@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-PROC = Path("/proc")
+PROC = "/proc"
 REAP_TIMEOUT_S = 1.0
 KILLED = 128 + signal.SIGKILL  # what we report for a child we killed but could not reap
 
@@ -76,31 +76,36 @@ def reap_children() -> None:
             return
 
 
-def processes_of(uid: int) -> Iterator[tuple[int, str]]:
-    """(pid, state letter) of every process whose real uid is ``uid``."""
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+def processes_of(*uids: int) -> Iterator[tuple[int, str]]:
+    """(pid, state letter) of every process whose real uid is one of ``uids``.
+
+    The real uid, from /proc/<pid>/status: a process cannot change it, while the owner
+    of /proc/<pid> becomes root when it makes itself non-dumpable.
+    """
+    for name in os.listdir(PROC):
+        if not name.isdigit():
             continue
         try:
-            status = (entry / "status").read_text()
+            with open(f"{PROC}/{name}/status") as handle:
+                status = handle.read()
         except OSError:  # gone meanwhile
             continue
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if int(fields["Uid"].split()[0]) == uid:
-            yield int(entry.name), fields["State"][0]
+        uid_at = status.index("\nUid:\t") + 6
+        if int(status[uid_at : status.index("\t", uid_at)]) in uids:
+            yield int(name), status[status.index("\nState:\t") + 8]
 
 
-def kill_user(uid: int, deadline_s: float = 5.0) -> None:
-    """SIGKILL every process of ``uid``, whatever session or group it hid in, until none
+def kill_users(*uids: int, deadline_s: float = 5.0) -> None:
+    """SIGKILL every process of ``uids``, whatever session or group it hid in, until none
     is left (zombies count until their parent, ours or the init, reaps them)."""
     end = time.monotonic() + deadline_s
-    while alive := [pid for pid, state in processes_of(uid) if state not in "ZX"]:
+    while alive := [pid for pid, state in processes_of(*uids) if state not in "ZX"]:
         for pid in alive:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         reap_children()
         if time.monotonic() > end:
-            raise TimeoutError(f"processes of uid {uid} still alive after {deadline_s} s")
+            raise TimeoutError(f"processes of uids {uids} still alive after {deadline_s} s")
         time.sleep(0.0005)
 
 

@@ -27,7 +27,7 @@ import subprocess
 import time
 
 from .identity import Identities
-from .processes import kill_group, kill_user, processes_of, reap
+from .processes import kill_group, kill_users, processes_of, reap
 
 FREEZE_DEADLINE_S = 1.0
 STOPPED = "TtZX"  # stopped, traced, zombie, dead: nothing that runs
@@ -107,5 +107,5 @@ class Verifier:
             kill_group(proc.pid)
             reap(proc.pid)
             if self.identities.verifier is not None:
-                kill_user(self.identities.verifier.uid)
+                kill_users(self.identities.verifier.uid)
         return holds
