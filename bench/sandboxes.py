@@ -29,10 +29,11 @@ import uvloop
 
 import docker
 from rollgym.sandboxes.base import Check, Sandbox
-from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.config import PoolConfig, SandboxConfig
 from rollgym.sandboxes.docker import DockerSandboxPool
 from rollgym.sandboxes.docker.provider import LABEL_POOL, DockerProvider
 
+AGENT = f"{SandboxConfig().uid}:{SandboxConfig().gid}"  # docker exec as the agent's user
 TARGETS = {
     "python_p50_ms": 0.1,
     "python_vs_exec": 50.0,
@@ -73,7 +74,7 @@ def docker_exec_turns(containers: list, seconds: float) -> Series:
         mine = []
         while time.perf_counter() < stop:
             start = time.perf_counter()
-            exit_code, _ = container.exec_run(["true"], user="1000:1000")
+            exit_code, _ = container.exec_run(["true"], user=AGENT)
             mine.append(time.perf_counter() - start)
             assert exit_code == 0
         with lock:
