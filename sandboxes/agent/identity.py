@@ -4,8 +4,10 @@ In a Docker box the executor runs as root with only the capabilities it needs to
 trusted side (SETUID, SETGID, KILL); everything untrusted runs under other uids:
 
 - **agent** processes (shell commands, the Python worker) run as the agent's uid with no
-  capabilities, so they cannot signal, ptrace or read the memory of the executor, and the
-  kernel's OOM killer takes them first (``oom_score_adj`` 1000);
+  capabilities, so they cannot signal, ptrace or read the memory of the executor; the
+  kernel's OOM killer takes them first (``oom_score_adj`` 1000, which they may lower
+  again: when it takes the executor anyway, the box's keeper restarts it and the host
+  counts the agent's OOM, see ``executor``);
 - **verifier** processes (a task's checks) run as a third uid in the agent's group: they
   read the agent's files as any other member of its group would, and agent processes
   cannot touch them either;
