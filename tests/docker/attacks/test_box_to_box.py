@@ -85,3 +85,20 @@ def test_a_tool_use_episode_cannot_reach_another_episodes_box(pool) -> None:
     attacker.close()
     victim.close()
     assert_still_fine(pool)
+
+
+KEYRING = textwrap.dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_ADD_KEY, SYS_KEYCTL, KEY_SPEC_USER_KEYRING = 248, 250, -4
+    added = libc.syscall(SYS_ADD_KEY, b"user", b"note", b"data", 4, KEY_SPEC_USER_KEYRING)
+    read = libc.syscall(SYS_KEYCTL, 11, KEY_SPEC_USER_KEYRING, None, 0)  # KEYCTL_READ
+    print(added, read)
+""")
+
+
+def test_the_users_kernel_keyring_is_no_channel_between_boxes(pool) -> None:
+    # Keys are not namespaced: every box's agent has the same uid, so one user keyring.
+    with pool.sandbox() as box:
+        assert box.run_python(KEYRING).stdout == "-1 -1\n"
+    assert_still_fine(pool)
