@@ -70,9 +70,7 @@ def serve(
     selector.register(server, selectors.EVENT_READ)
     alone_since = time.monotonic()
     while True:
-        wait = tick()
-        if orphan_after is not None:
-            wait = min(wait, orphan_after)
+        wait = tick() if orphan_after is None else min(tick(), orphan_after)
         ready = selector.select(timeout=wait)
         if exit_with is not None and os.getppid() != exit_with:
             return
@@ -86,9 +84,11 @@ def serve(
             elif not _answer(handle, key.data):
                 selector.unregister(key.fileobj)
                 key.data.sock.close()
-        if len(selector.get_map()) > 1:
+        if orphan_after is None:
+            continue
+        if len(selector.get_map()) > 1:  # a host is connected
             alone_since = time.monotonic()
-        elif orphan_after is not None and time.monotonic() - alone_since > orphan_after:
+        elif time.monotonic() - alone_since > orphan_after:
             return
 
 
