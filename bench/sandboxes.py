@@ -5,8 +5,12 @@
 Per-turn latency (p50/p90/p99) and total turns/s at each number of concurrent boxes, for
 ``docker exec <box> true`` (through the Docker SDK, as a naive env would) and for our
 executor (a shell ``true`` and a Python statement ``x = 1``, driven by asyncio, one task
-per box); then cold start, reset (vs recreating a container), warm-up of the pool, and
-acquire from a warm pool. Ratios are against the baseline measured in the same run.
+per box); then a task's checks run by the verifier (another user, the agent frozen) vs
+the same tests as one shell call of the agent's, cold start, reset (vs recreating a
+container), warm-up of the pool, and acquire from a warm pool. Ratios are against the
+baseline measured in the same run. The Python round trip's target is the per-turn cost
+the sandbox boundary may not raise: the worker's reply is read as untrusted data, and the
+sockets are checked once per connection, not per call.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from pathlib import Path
 import uvloop
 
 import docker
-from rollgym.sandboxes.base import Sandbox
-from rollgym.sandboxes.config import PoolConfig
+from rollgym.sandboxes.base import Check, Sandbox
+from rollgym.sandboxes.config import PoolConfig, SandboxConfig
 from rollgym.sandboxes.docker import DockerSandboxPool
 from rollgym.sandboxes.docker.provider import LABEL_POOL, DockerProvider
 
+AGENT = f"{SandboxConfig().uid}:{SandboxConfig().gid}"  # docker exec as the agent's user
 TARGETS = {
-    "python_p50_ms": 1.0,
+    "python_p50_ms": 0.1,
     "python_vs_exec": 50.0,
     "turns_per_s_32": 5000.0,
     "reset_p50_ms": 40.0,
@@ -69,7 +74,7 @@ def docker_exec_turns(containers: list, seconds: float) -> Series:
         mine = []
         while time.perf_counter() < stop:
             start = time.perf_counter()
-            exit_code, _ = container.exec_run(["true"], user="1000:1000")
+            exit_code, _ = container.exec_run(["true"], user=AGENT)
             mine.append(time.perf_counter() - start)
             assert exit_code == 0
         with lock:
@@ -181,6 +186,8 @@ class Results:
     rows: list[Series]
     baselines: dict[int, Series]
     sync_python: list[float]
+    verifies: list[float]
+    agent_checks: list[float]
     resets: list[float]
     acquires: list[float]
     warm_up_s: float
@@ -193,6 +200,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measured series")
     parser.add_argument("--resets", type=int, default=40)
+    parser.add_argument("--checks", type=int, default=40, help="verify calls measured")
     parser.add_argument("--cold-starts", type=int, default=8)
     parser.add_argument("--acquires", type=int, default=200)
     parser.add_argument(
@@ -214,6 +222,16 @@ def measure_turns(
         for op in ("shell", "python"):
             rows.append(run(executor_turns(leases[:n], op, args.seconds, ids)))
     return rows, baselines
+
+
+CHECKS = ("test -d .", "test ! -e missing", 'test "$(cat)" = ok')
+
+
+def measure_checks(box: Sandbox, repeat: int) -> tuple[list[float], list[float]]:
+    """Three checks as the verifier runs them, and the same three as one agent command."""
+    checks = [Check(CHECKS[0]), Check(CHECKS[1]), Check(CHECKS[2], stdin="ok")]
+    as_agent = "; ".join(f"echo ok | {{ {c}; }}; echo $?" for c in CHECKS)
+    return timed(lambda: box.verify(checks), repeat), timed(lambda: box.run_shell(as_agent), repeat)
 
 
 def measure_reset(box: Sandbox, repeat: int) -> list[float]:
@@ -250,6 +268,7 @@ def measure(args: argparse.Namespace) -> Results:
         containers = [by_name[f"rollgym-sbx-{lease.id}"] for lease in leases]
         rows, baselines = measure_turns(leases, containers, sizes, args)
         sync_python = timed(lambda: leases[0].run_python("x = 1"), 2000)
+        verifies, agent_checks = measure_checks(leases[0], args.checks)
         resets = measure_reset(leases[0], args.resets)
         for lease in leases:
             pool.release(lease)
@@ -258,7 +277,10 @@ def measure(args: argparse.Namespace) -> Results:
         pool.close()
         client.close()
     starts, stops = cold_starts(config, args.cold_starts)
-    return Results(rows, baselines, sync_python, resets, acquires, warm_up_s, starts, stops)
+    return Results(
+        rows, baselines, sync_python, verifies, agent_checks, resets, acquires, warm_up_s,
+        starts, stops,
+    )  # fmt: skip
 
 
 def check(name: str, value: float, target: str = "", met: bool | None = None) -> None:
@@ -303,6 +325,8 @@ def report(r: Results) -> None:
         f">= {t['turns_per_s_32']:.0f}",
         python_top.rate >= t["turns_per_s_32"],
     )
+    check("verify 3 checks p50 ms (verifier, agent frozen)", p50_ms(r.verifies))
+    check("verify / the same checks as the agent (x)", p50_ms(r.verifies) / p50_ms(r.agent_checks))
     check(
         "reset p50 ms (dirty box)",
         p50_ms(r.resets),

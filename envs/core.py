@@ -17,8 +17,10 @@ for every env (failure kinds, rewards, episode state, async)::
 holds no wall-clock time, so the same seed and actions give the same infos (Gymnasium's
 ``check_env`` asks that). Time is the runner's business: it times ``step`` itself, and reads
 the part spent in sandbox calls beside ``info``, from ``env.get_wrapper_attr("sandbox_s")``. A rejected
-action (``ActionError``) is a task failure fed back to the agent as a user message. An
-infrastructure failure (a ``SandboxError`` reaching the base, a reward callable that raises
+action (``ActionError``) is a task failure fed back to the agent as a user message; so is
+an ``AgentFault`` reaching the base (the agent's own command broke the box's limits: the box
+lives on, and the agent must not be able to make a losing episode vanish that way). An
+infrastructure failure (any other ``SandboxError`` reaching the base, a reward callable that raises
 or returns a non-finite number) ends the episode with ``truncated=True``,
 ``failure="infra"`` and ``reward=0.0`` that must not be trained on; ``reset`` raises
 ``InfraError`` instead. The turn limit is not the env's business: ``gymnasium.make``'s
@@ -41,7 +43,7 @@ from rollgym.envs.errors import ActionError, EpisodeStateError, InfraError
 from rollgym.envs.messages import Message, Observation, clean_text, first_bad_char, user
 from rollgym.envs.programs import Meter
 from rollgym.envs.spaces import ChatText, Messages
-from rollgym.sandboxes.base import SandboxError
+from rollgym.sandboxes.base import AgentFault, SandboxError
 
 StepT = TypeVar("StepT")
 EpisodeT = TypeVar("EpisodeT")
@@ -166,6 +168,8 @@ class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC
             turn = self._turn(_checked_text(action, self.max_action_chars))
         except ActionError as exc:
             turn = self._rejection(str(exc))
+        except AgentFault as exc:
+            turn = self._rejection(f"Your command broke the sandbox's limits: {exc}")
         except SandboxError as exc:
             return self._infra(f"sandbox failure: {exc!r}")
         except InfraError as exc:
@@ -179,6 +183,8 @@ class ChatEnv(gymnasium.Env[Observation, str], Generic[StepT, EpisodeT], abc.ABC
             turn = await self._aturn(_checked_text(action, self.max_action_chars))
         except ActionError as exc:
             turn = self._rejection(str(exc))
+        except AgentFault as exc:
+            turn = self._rejection(f"Your command broke the sandbox's limits: {exc}")
         except SandboxError as exc:
             return self._infra(f"sandbox failure: {exc!r}")
         except InfraError as exc:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Generator
 from typing import Any, TypeVar, cast
 
-from rollgym.sandboxes.base import ExecResult, Sandbox, SandboxError
+from rollgym.sandboxes.base import Check, ExecResult, Sandbox, SandboxError
 
 T = TypeVar("T")
 
@@ -29,6 +29,7 @@ T = TypeVar("T")
 class RunShell:
     command: str
     timeout: float | None = None
+    stdin: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,12 @@ class ReadFile:
     path: str
 
 
-SandboxCall = RunShell | RunPython | WriteFile | ReadFile
+@dataclasses.dataclass(frozen=True)
+class Verify:
+    checks: tuple[Check, ...]
+
+
+SandboxCall = RunShell | RunPython | WriteFile | ReadFile | Verify
 Program = Generator[SandboxCall, Any, T]
 
 
@@ -66,6 +72,11 @@ def write_file(path: str, content: bytes | str) -> Program[None]:
 
 def read_file(path: str) -> Program[bytes]:
     return cast(bytes, (yield ReadFile(path)))
+
+
+def verify(checks: tuple[Check, ...]) -> Program[tuple[bool, ...]]:
+    """Which ``checks`` hold, run by the box's verifier out of the agent's reach."""
+    return cast(tuple[bool, ...], (yield Verify(checks)))
 
 
 class Meter:
@@ -115,23 +126,27 @@ async def arun(program: Program[T], box: Sandbox, meter: Meter) -> T:
 
 def _perform(call: SandboxCall, box: Sandbox) -> Any:
     match call:
-        case RunShell(command, timeout):
-            return box.run_shell(command, timeout=timeout)
+        case RunShell(command, timeout, stdin):
+            return box.run_shell(command, timeout=timeout, stdin=stdin)
         case RunPython(code, timeout):
             return box.run_python(code, timeout=timeout)
         case WriteFile(path, content):
             return box.write_file(path, content)
         case ReadFile(path):
             return box.read_file(path)
+        case Verify(checks):
+            return box.verify(checks)
 
 
 async def _aperform(call: SandboxCall, box: Sandbox) -> Any:
     match call:
-        case RunShell(command, timeout):
-            return await box.arun_shell(command, timeout=timeout)
+        case RunShell(command, timeout, stdin):
+            return await box.arun_shell(command, timeout=timeout, stdin=stdin)
         case RunPython(code, timeout):
             return await box.arun_python(code, timeout=timeout)
         case WriteFile(path, content):
             return await box.awrite_file(path, content)
         case ReadFile(path):
             return await box.aread_file(path)
+        case Verify(checks):
+            return await box.averify(checks)

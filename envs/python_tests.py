@@ -1,24 +1,26 @@
 """PythonTests: write a Python function; hidden tests run in the sandbox.
 
-Each turn the agent sends one ```python block. The env runs it against the task's hidden
-tests in the box (a fresh ``python3`` per submission, each test with its own time limit)
-and answers with how many passed and what failed. The episode terminates when all tests
-pass; the turn limit truncates it otherwise.
+Each turn the agent sends one ```python block. The env runs it with the task's hidden
+test calls in the box (a fresh ``python3`` per submission, as the agent's user, each call
+with its own time limit, ``pyrunner``), then judges on the host what each call returned
+(``pyjudge``), and answers with how many passed and what failed. The episode terminates
+when all tests pass; the turn limit truncates it otherwise.
 
-Reward: ``TestsProgressReward`` pays, each step, how much the best fraction of passing
-tests improved, so the episode's return is the best fraction reached (1.0 = solved),
-whether the episode terminated or was truncated; a rejected message (no code block...)
-costs ``invalid_penalty``. No terminal reward by default.
+The expected values never enter the box, and the run's report is read as data: a value
+is parsed as a plain literal and compared on the host, so neither an object that equals
+everything nor a forged report passes a test.
+
+Reward: ``ProgressReward`` pays, each step, how much the best fraction of passing tests
+improved, so the episode's return is the best fraction reached (1.0 = solved), whether
+the episode terminated or was truncated; a rejected message (no code block...) costs
+``invalid_penalty``. No terminal reward by default.
 
 Task set: ``envs/tasks/python_tests.jsonl`` (34 tasks), or ``tasks=``/``task_file=``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import posixpath
-import secrets
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,59 +32,24 @@ from rollgym.envs import pyrunner
 from rollgym.envs.core import Opening, Turn
 from rollgym.envs.messages import clip_text, system, user
 from rollgym.envs.parsing import extract_code
-from rollgym.envs.programs import Program, RunShell, write_file
+from rollgym.envs.programs import Program, RunShell
+from rollgym.envs.progress import ProgressEpisode, ProgressReward, ProgressStep
+from rollgym.envs.pyjudge import TestReport, judge
 from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
 from rollgym.envs.tasksets import PythonTask, choose, task_set
-from rollgym.sandboxes.base import TMP_DIR, SandboxPool
+from rollgym.sandboxes.base import SandboxPool
 
 SYSTEM_PROMPT = (
     "Write the Python function described by the user. Reply with one ```python code block "
     "that defines it. Hidden tests will call it; you will see which ones fail."
 )
-RUNNER_SOURCE = Path(pyrunner.__file__).read_text(encoding="utf-8")
+RUNNER_COMMAND = "python3 -I -S -c " + shlex.quote(
+    Path(pyrunner.__file__).read_text(encoding="utf-8")
+)
 MAX_FAILURES_SHOWN = 5
 
 
-@dataclasses.dataclass(frozen=True)
-class TestsStep:
-    """One submission: the fraction of tests it passed and the best fraction before it."""
-
-    fraction: float
-    best_before: float
-    valid: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class TestsEpisode:
-    best_fraction: float
-    submissions: int
-
-
-@dataclasses.dataclass(frozen=True)
-class TestsProgressReward:
-    """``max(0, fraction - best_before)``, minus ``invalid_penalty`` for a rejected message."""
-
-    invalid_penalty: float = 0.05
-
-    def __call__(self, step: TestsStep) -> float:
-        if not step.valid:
-            return -self.invalid_penalty
-        return max(0.0, step.fraction - step.best_before)
-
-
-@dataclasses.dataclass(frozen=True)
-class TestReport:
-    """What the runner found: a load error, or one (passed, detail) per test."""
-
-    error: str | None
-    results: tuple[tuple[bool, str], ...]
-
-    @property
-    def passed(self) -> int:
-        return sum(ok for ok, _ in self.results)
-
-
-class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
+class PythonTestsEnv(SandboxEnv[ProgressStep, ProgressEpisode]):
     """Write a function that passes hidden tests; see the module docstring."""
 
     def __init__(
@@ -92,13 +59,13 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
         tasks: Sequence[PythonTask] | None = None,
         task_file: str | None = None,
         test_timeout_s: float = 2.0,
-        step_reward: Callable[[TestsStep], float] | None = None,
-        terminal_reward: Callable[[TestsEpisode], float] | None = None,
+        step_reward: Callable[[ProgressStep], float] | None = None,
+        terminal_reward: Callable[[ProgressEpisode], float] | None = None,
         **options: Unpack[SandboxOptions],
     ):
         options.setdefault("command_timeout_s", 20.0)
         super().__init__(
-            step_reward=step_reward or TestsProgressReward(),
+            step_reward=step_reward or ProgressReward(),
             terminal_reward=terminal_reward,
             sandbox_pool=sandbox_pool,
             **options,
@@ -121,28 +88,24 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
         yield from ()  # nothing to set up in the box: each submission brings its code
         return Opening(self._task.id, (system(SYSTEM_PROMPT), user(prompt)))
 
-    def _turn_program(self, action: str) -> Program[Turn[TestsStep]]:
+    def _turn_program(self, action: str) -> Program[Turn[ProgressStep]]:
         code = extract_code(action, languages=("python", "py", "python3"))
         self._submissions += 1
-        payload_name = f"rollgym-tests-{self._submissions}.json"
-        nonce = secrets.token_hex(16)
         payload = {
             "code": code,
-            "tests": [list(test) for test in self._task.tests],
+            "calls": [call for call, _ in self._task.tests],
             "test_timeout_s": self.test_timeout_s,
-            "nonce": nonce,
         }
-        yield from write_file(posixpath.join(TMP_DIR, payload_name), json.dumps(payload))
-        command = f'python3 -I -S -c {shlex.quote(RUNNER_SOURCE)} "$TMPDIR/{payload_name}"'
-        run = yield from self.agent_command(RunShell(command, self.command_timeout_s))
+        call = RunShell(RUNNER_COMMAND, self.command_timeout_s, stdin=json.dumps(payload))
+        run = yield from self.agent_command(call)
         if run.result is None:
             return self._scored(TestReport(run.problem, ()), run.describe(self.max_feedback_chars))
-        return self._scored(_parse_report(run.result.stdout, nonce), run.describe(400))
+        return self._scored(judge(run.result.stdout, self._task.tests), run.describe(400))
 
-    def _scored(self, report: TestReport, run_text: str) -> Turn[TestsStep]:
+    def _scored(self, report: TestReport, run_text: str) -> Turn[ProgressStep]:
         total = len(self._task.tests)
         fraction = report.passed / total
-        step = TestsStep(fraction, self._best)
+        step = ProgressStep(fraction, self._best)
         self._best = max(self._best, fraction)
         solved = report.passed == total
         feedback = _feedback(report, total, self._task, run_text)
@@ -155,21 +118,11 @@ class PythonTestsEnv(SandboxEnv[TestsStep, TestsEpisode]):
             error=error,
         )
 
-    def _rejected(self, error: str) -> TestsStep:
-        return TestsStep(0.0, self._best, valid=False)
+    def _rejected(self, error: str) -> ProgressStep:
+        return ProgressStep(0.0, self._best, valid=False)
 
-    def _episode(self) -> TestsEpisode:
-        return TestsEpisode(self._best, self._submissions)
-
-
-def _parse_report(stdout: str, nonce: str) -> TestReport:
-    """The runner's report line, or a load error saying the run ended without one."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(nonce):
-            report = json.loads(line[len(nonce) :])
-            results = tuple((bool(r["ok"]), str(r["detail"])) for r in report["results"])
-            return TestReport(report["error"], results)
-    return TestReport("the program stopped the test run before it finished", ())
+    def _episode(self) -> ProgressEpisode:
+        return ProgressEpisode(self._best, self._submissions)
 
 
 def _feedback(report: TestReport, total: int, task: PythonTask, run_text: str) -> str:

@@ -11,10 +11,13 @@ replaces it) and acquires a fresh one; ``close`` releases it. Pass a pool with
 ``gymnasium.make(id, sandbox_pool=pool)``; without one the env creates a small Docker pool
 on its first reset, owns it and closes it on ``close``.
 
-Failure kinds: ``agent_command`` turns the agent's own command running past its timeout,
-or running out of memory while the box survives, into feedback (a task failure). Every
-other ``SandboxError`` (box died, OOM that took the box, pool timeout, a setup or checker
-call timing out) reaches ``ChatEnv`` and is an infrastructure failure.
+Failure kinds, by who caused them: ``agent_command`` turns the agent's own command
+running past its timeout or out of memory (an ``AgentFault``: the box lives on) into
+feedback, a task failure. The trusted side of the box is out of the agent's reach, so
+every other ``SandboxError`` (box died or stopped answering, pool timeout, a broken
+executor) reaches ``ChatEnv`` and is an infrastructure failure. What decides a reward runs
+out of the agent's reach too: checks through ``programs.verify`` (the box's verifier),
+comparisons of the agent's answers on the host.
 """
 
 from __future__ import annotations
@@ -32,11 +35,10 @@ from rollgym.envs.messages import clean_text, clip_text
 from rollgym.envs.pool_handle import PoolHandle
 from rollgym.envs.programs import Program, RunPython, RunShell, arun, run
 from rollgym.sandboxes.base import (
+    AgentFault,
     ExecResult,
     Sandbox,
-    SandboxOOM,
     SandboxPool,
-    SandboxState,
     SandboxTimeout,
 )
 
@@ -116,19 +118,18 @@ class SandboxEnv(ChatEnv[StepT, EpisodeT]):
     def _turn_program(self, action: str) -> Program[Turn[StepT]]: ...
 
     def agent_command(self, call: RunShell | RunPython) -> Program[AgentRun]:
-        """Run the agent's own command; its timeout or OOM (box alive) is the agent's doing."""
+        """Run the agent's own command; its timeout or OOM (an ``AgentFault``) is feedback."""
         try:
             return AgentRun(result=(yield call))
-        except SandboxTimeout as exc:
-            seconds = call.timeout or self.command_timeout_s
-            problem = f"The command timed out after {seconds:g} s and was killed."
+        except AgentFault as exc:
+            if isinstance(exc, SandboxTimeout):
+                seconds = call.timeout or self.command_timeout_s
+                problem = f"The command timed out after {seconds:g} s and was killed."
+            else:
+                problem = "The command ran out of memory and was killed."
             if exc.result is not None and (exc.result.stdout or exc.result.stderr):
                 problem += "\n" + describe_result(exc.result, self.max_feedback_chars)
             return AgentRun(result=None, problem=problem)
-        except SandboxOOM:
-            if self._box is None or self._box.state is SandboxState.DEAD:
-                raise
-            return AgentRun(result=None, problem="The command ran out of memory and was killed.")
 
     # --- ChatEnv hooks --------------------------------------------------------------------
 

@@ -2,12 +2,17 @@
 
 Each turn the agent sends one ```bash block; the env runs it in the box (``bash -c`` in
 the work dir, a time limit per command) and shows its exit code and output. After every
-command a checker runs the task's checks (shell tests, each with its own time limit) and
-the episode terminates once all of them hold. A task's checks are written so that none
-holds before the agent acts.
+command the box's verifier runs the task's checks (shell tests, each with its own time
+limit) and the episode terminates once all of them hold. A task's checks are written so
+that none holds before the agent acts.
 
-Reward: ``ChecksProgressReward`` pays, each step, how much the best fraction of holding
-checks improved (the return is the best fraction reached, 1.0 = goal reached); a rejected
+The checks are out of the agent's reach (``Sandbox.verify``): they run as another user
+with every agent process frozen, and only their exit codes count, so nothing the agent
+leaves running can answer for them, swap a file while they look or forge their output.
+A check that needs a program's output gets it from a probe the agent's user runs first.
+
+Reward: ``ProgressReward`` pays, each step, how much the best fraction of holding checks
+improved (the return is the best fraction reached, 1.0 = goal reached); a rejected
 message costs ``invalid_penalty``. No terminal reward by default.
 
 Task set: ``envs/tasks/shell.jsonl`` (24 tasks), or ``tasks=``/``task_file=``.
@@ -15,8 +20,6 @@ Task set: ``envs/tasks/shell.jsonl`` (24 tasks), or ``tasks=``/``task_file=``.
 
 from __future__ import annotations
 
-import dataclasses
-import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,10 +29,11 @@ from rollgym.envs.core import Opening, Turn
 from rollgym.envs.errors import InfraError
 from rollgym.envs.messages import clip_text, system, user
 from rollgym.envs.parsing import extract_code
-from rollgym.envs.programs import Program, RunShell, shell
-from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions, describe_result
+from rollgym.envs.programs import Program, RunShell, shell, verify
+from rollgym.envs.progress import ProgressEpisode, ProgressReward, ProgressStep
+from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
 from rollgym.envs.tasksets import ShellTask, choose, task_set
-from rollgym.sandboxes.base import SandboxPool
+from rollgym.sandboxes.base import Check, SandboxPool
 
 SYSTEM_PROMPT = (
     "You are in a Linux shell, in your working directory. Reach the goal the user describes. "
@@ -38,44 +42,7 @@ SYSTEM_PROMPT = (
 CHECK_TIMEOUT_S = 5
 
 
-@dataclasses.dataclass(frozen=True)
-class ChecksStep:
-    """One command: the fraction of checks holding after it, and the best before it."""
-
-    fraction: float
-    best_before: float
-    valid: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class ChecksEpisode:
-    best_fraction: float
-    commands: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ChecksProgressReward:
-    """``max(0, fraction - best_before)``, minus ``invalid_penalty`` for a rejected message."""
-
-    invalid_penalty: float = 0.05
-
-    def __call__(self, step: ChecksStep) -> float:
-        if not step.valid:
-            return -self.invalid_penalty
-        return max(0.0, step.fraction - step.best_before)
-
-
-def checker_script(task: ShellTask) -> str:
-    """One shell script that prints 1 or 0 per check, each check under its own time limit."""
-    lines = [
-        f"if timeout {CHECK_TIMEOUT_S} bash -c {shlex.quote(check.command)} >/dev/null 2>&1; "
-        "then echo 1; else echo 0; fi"
-        for check in task.checks
-    ]
-    return "\n".join(lines)
-
-
-class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
+class ShellEnv(SandboxEnv[ProgressStep, ProgressEpisode]):
     """Reach a file-system goal with shell commands; see the module docstring."""
 
     def __init__(
@@ -84,12 +51,12 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
         sandbox_pool: SandboxPool | None = None,
         tasks: Sequence[ShellTask] | None = None,
         task_file: str | None = None,
-        step_reward: Callable[[ChecksStep], float] | None = None,
-        terminal_reward: Callable[[ChecksEpisode], float] | None = None,
+        step_reward: Callable[[ProgressStep], float] | None = None,
+        terminal_reward: Callable[[ProgressEpisode], float] | None = None,
         **options: Unpack[SandboxOptions],
     ):
         super().__init__(
-            step_reward=step_reward or ChecksProgressReward(),
+            step_reward=step_reward or ProgressReward(),
             terminal_reward=terminal_reward,
             sandbox_pool=sandbox_pool,
             **options,
@@ -112,12 +79,12 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
                 raise InfraError(f"setup of task {self._task.id} failed: {result}")
         return Opening(self._task.id, (system(SYSTEM_PROMPT), user(self._task.prompt)))
 
-    def _turn_program(self, action: str) -> Program[Turn[ChecksStep]]:
+    def _turn_program(self, action: str) -> Program[Turn[ProgressStep]]:
         command = extract_code(action, languages=("bash", "sh", "shell", "console"))
         run = yield from self.agent_command(RunShell(command, self.command_timeout_s))
         holding = yield from self.check()
         fraction = sum(holding) / len(holding)
-        step = ChecksStep(fraction, self._best)
+        step = ProgressStep(fraction, self._best)
         self._best = max(self._best, fraction)
         done = all(holding)
         feedback = run.describe(self.max_feedback_chars) + (
@@ -134,20 +101,19 @@ class ShellEnv(SandboxEnv[ChecksStep, ChecksEpisode]):
             error=error,
         )
 
-    def check(self) -> Program[list[bool]]:
-        """Which of the task's checks hold now (an unreadable checker is an infra failure)."""
-        result = yield from shell(
-            checker_script(self._task), CHECK_TIMEOUT_S * len(self._task.checks) + 5
-        )
-        marks = result.stdout.split()
-        if len(marks) != len(self._task.checks) or set(marks) - {"0", "1"}:
-            raise InfraError(
-                f"the checker of {self._task.id} answered {describe_result(result, 400)}"
-            )
-        return [mark == "1" for mark in marks]
+    def check(self) -> Program[tuple[bool, ...]]:
+        """Which of the task's checks hold now, as the box's verifier sees it."""
+        checks = []
+        for check in self._task.checks:
+            data = ""
+            if check.probe is not None:  # the agent's program, run as the agent: its output is data
+                run = yield from self.agent_command(RunShell(check.probe, CHECK_TIMEOUT_S))
+                data = run.result.stdout if run.result is not None else ""
+            checks.append(Check(check.command, data, CHECK_TIMEOUT_S))
+        return (yield from verify(tuple(checks)))
 
-    def _rejected(self, error: str) -> ChecksStep:
-        return ChecksStep(0.0, self._best, valid=False)
+    def _rejected(self, error: str) -> ProgressStep:
+        return ProgressStep(0.0, self._best, valid=False)
 
-    def _episode(self) -> ChecksEpisode:
-        return ChecksEpisode(self._best, self.turns)
+    def _episode(self) -> ProgressEpisode:
+        return ProgressEpisode(self._best, self.turns)

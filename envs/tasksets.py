@@ -37,12 +37,19 @@ class PythonTask(Task):
 
 
 class Check(BaseModel):
-    """One condition on the box's state: a shell test that exits 0 when it holds."""
+    """One condition on the box's state: a shell test that exits 0 when it holds.
+
+    ``command`` runs as the box's verifier, never as the agent: it reads the agent's files
+    as data and must not run the agent's programs. When a check needs what a program of
+    the agent's prints, ``probe`` runs that program first, as the agent, and its stdout
+    is the check's stdin (``probe: "./run.sh"``, ``command: 'test "$(cat)" = ok'``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     describe: str
     command: str
+    probe: str | None = None
 
 
 class ShellTask(Task):

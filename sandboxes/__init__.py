@@ -1,8 +1,11 @@
 """Hardened Docker sandboxes: a warm pool of boxes and a fast in-box executor.
 
-Environments see only ``sandboxes.base.Sandbox`` (run shell/Python, files, reset); the pool
-owns the boxes' lives. See ``sandboxes/base.py`` for the interface and the error tree,
-``sandboxes/config.py`` for the settings, ``sandboxes/metrics.py`` for the metric names.
+Environments see only ``sandboxes.base.Sandbox`` (run shell/Python, files, checks, reset);
+the pool owns the boxes' lives. Agent code runs under a user of its own; the executor,
+its sockets and the verifier stay out of its reach (``sandboxes/agent/identity.py``).
+See ``sandboxes/base.py`` for the interface and the error tree, ``sandboxes/config.py``
+for the settings, ``sandboxes/metrics.py`` for the metric names, and
+``tests/docker/attacks/`` for the boundaries tried as a hostile agent would.
 
     from rollgym.sandboxes.base import WORK_DIR, SandboxDied, SandboxTimeout
     from rollgym.sandboxes.config import PoolConfig, SandboxConfig
@@ -18,7 +21,8 @@ owns the boxes' lives. See ``sandboxes/base.py`` for the interface and the error
                 box.run_shell("sleep 60", timeout=1)
             except SandboxTimeout as exc:                    # killed; the box stays usable
                 exc.result.stdout
-    # SandboxDied (and SandboxOOM) mean an infrastructure failure: mark the episode invalid.
+    # AgentFault (SandboxTimeout, SandboxOOM) is the agent's doing: the box lives on, a task
+    # failure. SandboxDied is the infrastructure's: mark the episode invalid.
 
 Async code: ``async with pool.asandbox() as box: await box.arun_shell(...)``. Metrics:
 pass ``metrics=MetricsRecorder()`` (or any ``MetricsSink``) to the pool.

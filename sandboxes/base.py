@@ -1,25 +1,37 @@
 """The sandbox seam: what environments see of a box, and the errors it raises.
 
 A sandbox's *life* (create, start, health, stop) belongs to a pool or provider; what runs
-*in* it (shell, Python, files, reset) is this interface. Environments only ever hold a
-``Sandbox`` handed out by a ``SandboxPool``.
+*in* it (shell, Python, files, checks, reset) is this interface. Environments only ever
+hold a ``Sandbox`` handed out by a ``SandboxPool``.
+
+Who caused a failure is in the error's type. The trusted side of a box (its executor,
+sockets and verifier) runs under other users than the agent, where agent code cannot
+write, signal or ptrace, so whatever the agent does, the box survives it: the agent's
+doing is an ``AgentFault`` (a task failure), and a box that dies anyway is the
+infrastructure's (``SandboxDied``).
 
 Errors (one root, translated at the adapter boundary; Docker SDK errors never leak)::
 
     SandboxError
-    ├── SandboxTimeout(SandboxError, TimeoutError)  the command ran past its timeout and was
-    │                                               killed; the box stays usable (agent's fault)
+    ├── AgentFault(SandboxError)                    the agent's own command broke something in
+    │   │                                           its box; the box lives on. A task failure:
+    │   │                                           train on it, never drop the episode for it
+    │   ├── SandboxTimeout(AgentFault, TimeoutError)  ran past its timeout and was killed
+    │   └── SandboxOOM(AgentFault)                    ran out of memory and was killed (the pool
+    │                                                 retires the box when it comes back)
     ├── SandboxDied(SandboxError)                   the box crashed, was killed, stopped
-    │   │                                           answering or hit a container-level deadline:
-    │   │                                           an infrastructure failure; the pool replaces it
-    │   └── SandboxOOM(SandboxDied)                 ... because the box ran out of memory
+    │                                               answering or hit a container-level deadline:
+    │                                               an infrastructure failure; the pool replaces it
     ├── SandboxFileError(SandboxError, OSError)     a file call failed in the box (missing
-    │                                               file, a directory, no permission, too big)
+    │                                               file, not a regular file, a bad path, no
+    │                                               permission, too big)
     ├── PoolTimeout(SandboxError, TimeoutError)     no box became free within the wait
     └── SandboxStateError(SandboxError)             a call on a closed box or pool
 
-Every call returns an ``ExecResult`` with stdout, stderr, exit code, time inside the box,
-round trip, and whether output was cut at the cap.
+Every command returns an ``ExecResult`` with stdout, stderr, exit code, time inside the
+box, round trip, and whether output was cut at the cap. ``verify`` runs a task's
+``Check``s as the box's verifier (another user, the agent's processes frozen) and says
+which hold: what decides a reward never runs where the agent can reach it.
 
 Paths inside a box: commands start in ``WORK_DIR`` (also ``$HOME``), scratch space is
 ``TMP_DIR``; both are wiped by ``reset``. Envs should use these constants (or paths
@@ -31,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -45,11 +58,10 @@ class SandboxError(Exception):
     """Root of all sandbox errors."""
 
 
-class SandboxTimeout(SandboxError, TimeoutError):
-    """The command ran past its timeout; its process group was killed. The box is usable.
+class AgentFault(SandboxError):
+    """The agent's own command failed the box's limits; the box is still usable.
 
-    ``result`` holds what the command printed before it was killed (``None`` when the
-    transport, not the command, timed out).
+    ``result`` holds what the command printed before it was killed, if anything.
     """
 
     def __init__(self, message: str, result: ExecResult | None = None) -> None:
@@ -57,12 +69,20 @@ class SandboxTimeout(SandboxError, TimeoutError):
         self.result = result
 
 
+class SandboxTimeout(AgentFault, TimeoutError):
+    """The command ran past its timeout; its process group was killed."""
+
+
+class SandboxOOM(AgentFault):
+    """A command (or the Python session) was killed for exceeding the box's memory."""
+
+
 class SandboxDied(SandboxError):
-    """The box is gone or unresponsive: an infrastructure failure, never the agent's."""
+    """The box is gone or unresponsive: an infrastructure failure, never the agent's.
 
-
-class SandboxOOM(SandboxDied):
-    """The box (or a command in it) was killed for exceeding its memory limit."""
+    The agent cannot reach the executor; a box that dies of anything the agent did is a
+    hole in the boundary: reproduce it in ``tests/docker/test_attacks.py`` first.
+    """
 
 
 class SandboxFileError(SandboxError, OSError):
@@ -108,12 +128,28 @@ class ExecResult:
         return self.exit_code == 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One condition a verifier tests: a shell command that exits 0 when it holds.
+
+    It runs as the box's verifier user in the work dir, with ``stdin`` (data the env got
+    from the agent, e.g. a program's output) on its standard input, for at most
+    ``timeout`` seconds; a check that times out or cannot start does not hold.
+    """
+
+    command: str
+    stdin: str = ""
+    timeout: float = 5.0
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """What runs inside one box. Sync and async forms; the async ones never block the loop.
 
+    ``run_shell`` runs as the agent, with ``stdin`` on its standard input (nothing if None).
     ``run_python`` executes in a persistent per-episode namespace (REPL-style): names defined
-    by one call are visible to the next, until ``reset``.
+    by one call are visible to the next, until ``reset``. ``verify`` runs checks out of the
+    agent's reach and returns whether each holds.
     """
 
     @property
@@ -122,7 +158,9 @@ class Sandbox(Protocol):
     @property
     def state(self) -> SandboxState: ...
 
-    def run_shell(self, command: str, *, timeout: float | None = None) -> ExecResult: ...
+    def run_shell(
+        self, command: str, *, timeout: float | None = None, stdin: str | bytes | None = None
+    ) -> ExecResult: ...
 
     def run_python(self, code: str, *, timeout: float | None = None) -> ExecResult: ...
 
@@ -130,15 +168,21 @@ class Sandbox(Protocol):
 
     def read_file(self, path: str) -> bytes: ...
 
+    def verify(self, checks: Sequence[Check]) -> tuple[bool, ...]: ...
+
     def reset(self) -> None: ...
 
-    async def arun_shell(self, command: str, *, timeout: float | None = None) -> ExecResult: ...
+    async def arun_shell(
+        self, command: str, *, timeout: float | None = None, stdin: str | bytes | None = None
+    ) -> ExecResult: ...
 
     async def arun_python(self, code: str, *, timeout: float | None = None) -> ExecResult: ...
 
     async def awrite_file(self, path: str, content: bytes | str) -> None: ...
 
     async def aread_file(self, path: str) -> bytes: ...
+
+    async def averify(self, checks: Sequence[Check]) -> tuple[bool, ...]: ...
 
     async def areset(self) -> None: ...
 

@@ -3,19 +3,27 @@
 A client keeps one blocking connection for sync calls and one asyncio connection (on the
 loop that made it) for async calls; each is used by one call at a time (a lock), and is thrown away
 after any failure, since a half-read reply leaves the stream out of step. Every
-transport failure (refused, reset, closed, past the deadline) is a ``TransportError``:
-the sandbox above turns it into ``SandboxDied``.
+transport failure (refused, reset, closed, past the deadline, a frame over ``max_frame``)
+is a ``TransportError``: the sandbox above decides what it means.
+
+The host never follows a path the box controls. Before connecting, the socket file must
+be a socket (not a link) owned by this process's user, which made the folder it lies in
+and is the only user that may enter it; after connecting, the listener's credentials
+(``SO_PEERCRED``) must be ``listener_uid``'s, the executor's user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import stat
 import threading
 from typing import Any, cast
 
 from .agent.framing import (
     HEADER,
+    MAX_FRAME_BYTES,
     FrameError,
     FrameReader,
     Message,
@@ -23,6 +31,7 @@ from .agent.framing import (
     decode_body,
     encode_frame,
 )
+from .agent.server import peer_credentials
 
 
 class TransportError(Exception):
@@ -36,9 +45,10 @@ class _ReplyProtocol(asyncio.Protocol):
     thousands of calls per second on one event loop.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, limit: int) -> None:
         self.loop = loop
         self.sock = sock  # ours, so it can be closed after its loop is gone
+        self.limit = limit
         self.transport: asyncio.WriteTransport | None = None
         self.lock = asyncio.Lock()
         self._buf = bytearray()
@@ -54,7 +64,7 @@ class _ReplyProtocol(asyncio.Protocol):
         if len(self._buf) < HEADER.size:
             return
         try:
-            end = HEADER.size + body_length(self._buf[: HEADER.size])
+            end = HEADER.size + body_length(self._buf[: HEADER.size], self.limit)
             if len(self._buf) < end:
                 return
             message = decode_body(bytes(self._buf[HEADER.size : end]))
@@ -96,8 +106,12 @@ def _expire(future: asyncio.Future[Message], deadline_s: float) -> None:
 
 
 class ExecutorClient:
-    def __init__(self, socket_path: str) -> None:
+    def __init__(
+        self, socket_path: str, *, listener_uid: int, max_frame: int = MAX_FRAME_BYTES
+    ) -> None:
         self.socket_path = socket_path
+        self.listener_uid = listener_uid
+        self.max_frame = max_frame
         self._sock: socket.socket | None = None
         self._reader: FrameReader | None = None
         self._lock = threading.Lock()
@@ -107,14 +121,19 @@ class ExecutorClient:
         with self._lock:
             try:
                 if self._sock is None:
+                    self._check_path()
                     self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     self._sock.settimeout(deadline_s)
                     self._sock.connect(self.socket_path)
-                    self._reader = FrameReader(self._sock)
+                    self._check_listener(self._sock)
+                    self._reader = FrameReader(self._sock, self.max_frame)
                 assert self._reader is not None
                 self._sock.settimeout(deadline_s)
                 self._sock.sendall(encode_frame(request))
                 reply = self._reader.read()
+            except TransportError:
+                self._close_sync()
+                raise
             except TimeoutError as exc:
                 self._close_sync()
                 raise TransportError(f"no answer within {deadline_s:.1f} s") from exc
@@ -143,19 +162,42 @@ class ExecutorClient:
         if self._aconn is not None and self._aconn.loop is loop:
             return self._aconn
         self._close_async()
+        self._check_path()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
             async with asyncio.timeout(deadline_s):
                 await loop.sock_connect(sock, self.socket_path)
+                self._check_listener(sock)
                 _, protocol = await loop.create_unix_connection(
-                    lambda: _ReplyProtocol(loop, sock), sock=sock
+                    lambda: _ReplyProtocol(loop, sock, self.max_frame), sock=sock
                 )
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, TransportError) as exc:
             sock.close()
             raise TransportError(f"cannot connect to {self.socket_path}: {exc}") from exc
         self._aconn = protocol
         return protocol
+
+    def _check_path(self) -> None:
+        """The socket file is a socket of our own user's, not a link or a stranger's file."""
+        try:
+            info = os.lstat(self.socket_path)
+        except OSError as exc:
+            raise TransportError(f"cannot connect to {self.socket_path}: {exc}") from exc
+        if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+            raise TransportError(
+                f"{self.socket_path} is not a socket owned by uid {os.getuid()} "
+                f"(mode {stat.filemode(info.st_mode)}, owner {info.st_uid}): refusing it"
+            )
+
+    def _check_listener(self, sock: socket.socket) -> None:
+        """Whoever listens on the other end is the executor's user (``SO_PEERCRED``)."""
+        uid = peer_credentials(sock)[1]
+        if uid != self.listener_uid:
+            raise TransportError(
+                f"{self.socket_path} is served by uid {uid}, not the executor's "
+                f"{self.listener_uid} (is the Docker engine remapping users?)"
+            )
 
     def _close_sync(self) -> None:
         if self._sock is not None:

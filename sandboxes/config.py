@@ -1,11 +1,12 @@
 """Typed, validated-once configuration of a box and of a pool of them.
 
-``SandboxConfig`` is one box: its image, its hardening and limits, and the defaults of
-every call. Hardened by default (network none, all capabilities dropped,
-no-new-privileges, read-only root with tmpfs work dirs, memory/CPU/pids limits, a
-non-root user, an init); a network is only ever there when ``network="bridge"`` is
-asked for. An environment adjusts its box with ``with_overrides(...)``, validated
-again. ``PoolConfig`` is the pool: its size, waits, runtime folder and a ``SandboxConfig``.
+``SandboxConfig`` is one box: its image, its hardening and limits, its users, and the
+defaults of every call. Hardened by default (network none, every capability dropped but
+the three the executor needs to stay apart from agent code, no-new-privileges, read-only
+root with tmpfs work dirs, memory/CPU/pids limits, agent and verifier users of their
+own, an init); a network is only ever there when ``network="bridge"`` is asked for. An
+environment adjusts its box with ``with_overrides(...)``, validated again. ``PoolConfig``
+is the pool: its size, waits, runtime folder and a ``SandboxConfig``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .base import TMP_DIR, WORK_DIR
 
 # A unix socket path must fit in 108 bytes; the pool adds "/<pool>/<box>/executor.sock".
 MAX_RUNTIME_DIR_LENGTH = 60
+# Memory the executor and its Python worker need, on top of the tmpfs folders' contents.
+EXECUTOR_RESERVE_MB = 32
 
 
 def default_runtime_dir() -> str:
@@ -38,10 +41,13 @@ class SandboxConfig(BaseModel):
     memory_mb: int = Field(512, ge=32, description="memory limit (no swap on top)")
     cpus: float = Field(1.0, gt=0, le=64)
     pids_limit: int = Field(128, ge=16, description="processes and threads in the box")
-    uid: int = Field(1000, ge=1, description="the non-root user commands run as")
-    gid: int = Field(1000, ge=1)
+    uid: int = Field(61000, ge=1, description="the agent's user: commands run as it")
+    gid: int = Field(61000, ge=1, description="the agent's group (the verifier's too)")
+    verifier_uid: int = Field(
+        61001, ge=1, description="the user a task's checks run as, apart from the agent"
+    )
     work_dir_mb: int = Field(256, ge=1, description=f"tmpfs size of {WORK_DIR}")
-    tmp_dir_mb: int = Field(256, ge=1, description=f"tmpfs size of {TMP_DIR}")
+    tmp_dir_mb: int = Field(128, ge=1, description=f"tmpfs size of {TMP_DIR}")
     shm_mb: int = Field(64, ge=1, description="size of /dev/shm")
     environment: dict[str, str] = Field(default_factory=dict)
     command_timeout_s: float = Field(30.0, gt=0, description="default per-call timeout")
@@ -55,6 +61,9 @@ class SandboxConfig(BaseModel):
     )
     start_timeout_s: float = Field(60.0, gt=0, description="create + start + first answer")
     reset_timeout_s: float = Field(10.0, gt=0)
+    orphan_grace_s: float = Field(
+        30.0, gt=0, description="a box with no host connected this long ends itself"
+    )
 
     @field_validator("environment")
     @classmethod
@@ -63,6 +72,19 @@ class SandboxConfig(BaseModel):
         if reserved:
             raise ValueError(f"{sorted(reserved)} are set by the sandbox; remove them")
         return env
+
+    @model_validator(mode="after")
+    def _apart_and_within_memory(self) -> SandboxConfig:
+        if self.verifier_uid == self.uid:
+            raise ValueError("verifier_uid must differ from uid: checks run apart from the agent")
+        files_mb = self.work_dir_mb + self.tmp_dir_mb + self.shm_mb
+        if files_mb + EXECUTOR_RESERVE_MB > self.memory_mb:
+            raise ValueError(
+                f"work_dir_mb + tmp_dir_mb + shm_mb = {files_mb} MiB of files held in memory "
+                f"leaves less than {EXECUTOR_RESERVE_MB} MiB of memory_mb={self.memory_mb} to "
+                "the executor: raise memory_mb or shrink the folders"
+            )
+        return self
 
     def with_overrides(self, **changes: Any) -> SandboxConfig:
         """A validated copy with ``changes`` (an environment's own needs)."""

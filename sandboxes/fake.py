@@ -9,8 +9,11 @@ Docker. Its real twin is ``sandboxes.docker.DockerSandboxPool``, exercised in
 
 What matches the Docker box: the ``Sandbox`` calls and their results, timeouts that kill
 the command's process group (``SandboxTimeout``), the output cap (``truncated``), a
-persistent Python namespace, ``reset`` (wipes the work and tmp folders, kills what the
-box started, fresh namespace), ``SandboxDied`` once the box is gone (``kill()``).
+persistent Python namespace, checks (``verify``), ``reset`` (wipes the work and tmp
+folders, kills what the box started, fresh namespace), ``SandboxDied`` once the box is
+gone (``kill()``). Not reproduced: the users (agent, verifier and executor are all the
+test's user, and checks run with nothing frozen), so nothing here is out of the reach of
+the code under test.
 
 Paths: each box gets a private temp folder. ``write_file``/``read_file`` map
 ``WORK_DIR`` (``/work``) and ``TMP_DIR`` (``/tmp``) onto it, so env code uses the same
@@ -64,6 +67,7 @@ class FakeSandbox(ExecutorSandbox):
             f"fake-{uuid.uuid4().hex[:8]}",
             socket_path,
             config,
+            executor_uid=os.getuid(),
             metrics=metrics,
             map_path=self._host_path,
         )

@@ -7,7 +7,9 @@ episode's box.
 
 from __future__ import annotations
 
-from .base import ExecResult, SandboxState, SandboxStateError
+from collections.abc import Sequence
+
+from .base import Check, ExecResult, SandboxState, SandboxStateError
 from .box import ExecutorSandbox
 
 
@@ -39,8 +41,10 @@ class PooledSandbox:
     def __repr__(self) -> str:
         return f"<PooledSandbox {self._id} {self.state.value}>"
 
-    def run_shell(self, command: str, *, timeout: float | None = None) -> ExecResult:
-        return self._live().run_shell(command, timeout=timeout)
+    def run_shell(
+        self, command: str, *, timeout: float | None = None, stdin: str | bytes | None = None
+    ) -> ExecResult:
+        return self._live().run_shell(command, timeout=timeout, stdin=stdin)
 
     def run_python(self, code: str, *, timeout: float | None = None) -> ExecResult:
         return self._live().run_python(code, timeout=timeout)
@@ -51,11 +55,16 @@ class PooledSandbox:
     def read_file(self, path: str) -> bytes:
         return self._live().read_file(path)
 
+    def verify(self, checks: Sequence[Check]) -> tuple[bool, ...]:
+        return self._live().verify(checks)
+
     def reset(self) -> None:
         self._live().reset()
 
-    async def arun_shell(self, command: str, *, timeout: float | None = None) -> ExecResult:
-        return await self._live().arun_shell(command, timeout=timeout)
+    async def arun_shell(
+        self, command: str, *, timeout: float | None = None, stdin: str | bytes | None = None
+    ) -> ExecResult:
+        return await self._live().arun_shell(command, timeout=timeout, stdin=stdin)
 
     async def arun_python(self, code: str, *, timeout: float | None = None) -> ExecResult:
         return await self._live().arun_python(code, timeout=timeout)
@@ -65,6 +74,9 @@ class PooledSandbox:
 
     async def aread_file(self, path: str) -> bytes:
         return await self._live().aread_file(path)
+
+    async def averify(self, checks: Sequence[Check]) -> tuple[bool, ...]:
+        return await self._live().averify(checks)
 
     async def areset(self) -> None:
         await self._live().areset()

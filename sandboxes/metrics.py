@@ -12,15 +12,16 @@ sandbox_command_seconds            op          the command's own time inside the
 sandbox_cold_start_seconds                     create + start + first answer of a new box
 sandbox_reset_seconds                          a reset between episodes (host round trip)
 sandbox_timeouts_total             op          commands killed at their timeout
+sandbox_oom_kills_total            op          commands killed for memory (the box lives on)
 sandbox_truncated_total            op          calls whose output was cut at the cap
-sandbox_deaths_total               reason      boxes lost: oom, unresponsive (crashed, killed,
-                                               past the host deadline), reset_failed,
+sandbox_deaths_total               reason      boxes lost: unresponsive (crashed, killed, past
+                                               the host deadline), bad_reply, reset_failed,
                                                start_failed
 sandbox_replacements_total                     boxes started to replace a lost or recycled one
-sandbox_recycled_total             reason      boxes retired on purpose: timeout
+sandbox_recycled_total             reason      boxes retired on purpose: timeout, oom
 =================================  ==========  ====================================================
 
-``op`` is one of shell, python, write, read.
+``op`` is one of shell, python, write, read, verify.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ COMMAND = "sandbox_command_seconds"
 COLD_START = "sandbox_cold_start_seconds"
 RESET = "sandbox_reset_seconds"
 TIMEOUTS = "sandbox_timeouts_total"
+OOM_KILLS = "sandbox_oom_kills_total"
 TRUNCATED = "sandbox_truncated_total"
 DEATHS = "sandbox_deaths_total"
 REPLACEMENTS = "sandbox_replacements_total"

@@ -2,9 +2,10 @@
 
 The pool starts ``size`` boxes in parallel through a ``BoxProvider`` and hands them out
 as ``PooledSandbox`` leases. ``release`` resets a box for its next user, or retires it
-(stops it and starts a replacement in the background) when it died, failed its reset, or
-had a command time out (``recycle_after_timeout``). A health thread pings idle boxes and
-replaces those that stopped answering. ``acquire`` waits for a free box at most its
+(stops it and starts a replacement in the background) when it died, failed its reset, had
+a command killed for memory, or had a command time out (``recycle_after_timeout``). A
+health thread pings idle boxes and replaces those that stopped answering. A started pool
+closes at the latest when its process exits, SIGTERM included (``sandboxes.exits``). ``acquire`` waits for a free box at most its
 timeout (``PoolTimeout``); waiting callers are served first come, first served, sync and
 async alike. Works from threads and from event loops: the async forms never block the
 loop (the blocking work of starting and stopping boxes runs on the pool's threads).
@@ -28,6 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import exits
 from . import metrics as m
 from .base import PoolTimeout, Sandbox, SandboxError, SandboxState, SandboxStateError
 from .box import ExecutorSandbox
@@ -97,6 +99,7 @@ class WarmPool:
             if self._state is not PoolState.NEW:
                 raise SandboxStateError(f"the pool is {self._state.value}; start it once")
             self._state = PoolState.OPEN
+        exits.close_at_exit(self)
         try:
             self._provider.open()
             self._provider.sweep()
@@ -108,7 +111,10 @@ class WarmPool:
             self.close()
             raise
         if self.config.health_interval_s > 0:
-            self._health = threading.Thread(target=self._health_loop, name="sandbox-health")
+            # A daemon: a process that never closed its pool must still get to exit.
+            self._health = threading.Thread(
+                target=self._health_loop, name="sandbox-health", daemon=True
+            )
             self._health.start()
 
     def _wait_warm(self) -> None:
@@ -136,11 +142,15 @@ class WarmPool:
         for waiter in waiters:
             self._fail(waiter, SandboxStateError("the pool closed while waiting for a sandbox"))
         for box in boxes:
-            self._workers.submit(self._provider.stop_box, box)
+            try:
+                self._workers.submit(self._provider.stop_box, box)
+            except RuntimeError:  # the interpreter is exiting: no new threads, stop it here
+                self._provider.stop_box(box)
         self._workers.shutdown(wait=True)
-        if self._health is not None:
+        if self._health is not None and self._health is not threading.current_thread():
             self._health.join()
         self._provider.close()
+        exits.forget(self)
 
     def __enter__(self) -> WarmPool:
         self.start()
@@ -284,6 +294,9 @@ class WarmPool:
     def _retire_reason(self, box: ExecutorSandbox) -> str | None:
         if box.state is SandboxState.DEAD:
             return box.death_reason or "dead"
+        if box.oom_kills:  # its memory was full once: a fresh box is the safe next one
+            self._metrics.increment(m.RECYCLED, {"reason": "oom"})
+            return "oom"
         if box.timeouts and self.config.recycle_after_timeout:
             self._metrics.increment(m.RECYCLED, {"reason": "timeout"})
             return "timeout"

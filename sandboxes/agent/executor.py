@@ -1,25 +1,41 @@
-"""The executor: serves shell, Python, file and reset requests on a unix socket.
+"""The executor: serves shell, Python, file, check and reset requests on a unix socket.
 
-Run inside a box as ``python3 -m agent.executor --socket /run/rollgym/executor.sock
---contained ...`` (``--contained`` lets reset kill every other process, which is only
-safe when an init is our parent in a container), or on the host by the fake sandbox.
+Run inside a box as root (the trusted side), e.g. ``python3 -m agent.executor --socket
+/run/rollgym/executor.sock --contained --agent-user 61000:61000 --verifier-user
+61001:61000 --host-user 0:0 --orphan-after 30 ...``: agent commands then run as the
+agent's user, checks as the verifier's (``identity``, ``verifier``), and reset kills
+every process of those two users. ``--contained`` says we are alone in a box: the
+cgroup's OOM counter is ours, and only peers from outside the box's pid namespace may
+connect. The fake sandbox runs it on the host, with no users to switch.
+
+In a box a small keeper (``sh``) restarts the executor if a signal ends it (the kernel's
+OOM killer can pick it when the agent fills the memory with many small processes), after
+killing every process but the init: a fresh executor never shares the box with agent
+processes of an earlier one. ``ping`` says who answers (``pid``) and how many processes
+the OOM killer took in the box so far (``oom_kills``), so the host can tell a restart the
+agent caused from a failure of ours.
 
 Requests and replies are frames (``framing``); one request is served at a time, from any
 number of host connections. Every request names an ``op``::
 
-    ping                           -> {ok, pid}
-    shell  {command, timeout, cap} -> {ok, exit_code, stdout, stderr, truncated,
-                                        duration_s, timed_out, oom}
-    python_exit {cap}              -> the same, for a Python call the host lost
-    write  {path, data (base64)}   -> {ok}
-    read   {path, max_bytes}       -> {ok, data (base64)}
-    reset                          -> {ok, duration_s}
+    ping                             -> {ok, pid, oom_kills}
+    shell  {command, timeout, cap,   -> {ok, exit_code, stdout, stderr, truncated,
+            stdin (base64, optional)}      duration_s, timed_out, oom}
+    python_exit {cap}                -> the same, for a Python call the host lost
+    write  {path, data (base64)}     -> {ok}
+    read   {path, max_bytes}         -> {ok, data (base64)}
+    verify {checks: [{command, stdin (base64), timeout}]}
+                                     -> {ok, holds: [bool, ...]}
+    reset                            -> {ok, duration_s, oom_kills}
 
 Python calls go to the Python worker's own socket (``pyworker``), with the same request
 and reply as ``shell`` (``{op: python, code, timeout, cap}``).
 
-A failed request answers ``{ok: false, error: bad_request | file | reset_failed, message}``.
-The socket appears (atomically, by rename) only once the executor is listening.
+A failed request answers ``{ok: false, error: bad_request | file | reset_failed |
+internal, message}``; the executor itself never dies of a request. Files are read and
+written as the agent (its file-system identity), only regular files, never blocking on
+a FIFO, never in /proc or /sys (where /proc/self would be the executor). The sockets
+appear (atomically, by rename) only once they are listening.
 """
 
 from __future__ import annotations
@@ -27,29 +43,28 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import shutil
 import socket
 import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .framing import Message
-from .processes import (
-    group_alive,
-    kill_everything_else,
-    kill_group,
-    oom_kill_count,
-    reap_children,
-)
+from .identity import Identities, User
+from .processes import group_alive, kill_group, kill_users, oom_kill_count, reap_children
 from .pyworker import PythonWorker
 from .result import CallResult
-from .server import listen, serve
+from .server import from_outside_the_box, listen, serve
 from .shell import run_shell
+from .verifier import Verifier
+from .wipe import WipedFolder, remove_ipc_objects
 
 OOM_EXIT_CODE = 137  # 128 + SIGKILL: how the OOM killer's victims exit
 PYTHON_SOCKET_NAME = "python.sock"
+FILE_FLAGS = os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # a FIFO never blocks us
+# /proc/self is the executor itself, whoever's file-system identity opens it: file calls
+# never reach these file systems.
+PSEUDO_FILE_SYSTEMS = ("/proc", "/sys")
 
 
 class RequestError(Exception):
@@ -61,17 +76,25 @@ class RequestError(Exception):
 class Executor:
     """Request handlers and the box's in-executor state (Python worker, process groups)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, identities: Identities) -> None:
         self.args = args
-        self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace)
+        self.identities = identities
+        self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace, identities)
+        self.verifier = Verifier(identities, args.shell, args.work_dir)
         self.groups: set[int] = set()  # shell process groups that may still hold processes
+        self.folders = [WipedFolder.capture(folder) for folder in args.wipe]
         self.oom_seen = self._oom_count()
         self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
-            "ping": lambda req, host: {"ok": True, "pid": os.getpid()},
+            "ping": lambda req, host: {
+                "ok": True,
+                "pid": os.getpid(),
+                "oom_kills": self._oom_count(),
+            },
             "shell": self.shell,
             "python_exit": self.python_exit,
             "write": self.write,
             "read": self.read,
+            "verify": self.verify,
             "reset": self.reset,
         }
 
@@ -85,6 +108,8 @@ class Executor:
             return {"ok": False, "error": exc.kind, "message": str(exc)}
         except (KeyError, TypeError, ValueError) as exc:
             return {"ok": False, "error": "bad_request", "message": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # a request must never take the box down with it
+            return {"ok": False, "error": "internal", "message": f"{type(exc).__name__}: {exc}"}
 
     def shell(self, req: Message, host: socket.socket | None) -> Message:
         result, pgid = run_shell(
@@ -94,6 +119,8 @@ class Executor:
             timeout=float(req["timeout"]),
             cap=int(req["cap"]),
             host=host,
+            stdin=base64.b64decode(req.get("stdin", "")),
+            identities=self.identities,
         )
         if pgid is not None:
             self.groups.add(pgid)
@@ -123,11 +150,18 @@ class Executor:
         return os.path.join(self.args.work_dir, str(req["path"]))
 
     def write(self, req: Message, host: socket.socket | None) -> Message:
-        path = self._path(req)
+        path, data = self._path(req), base64.b64decode(req["data"])
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(base64.b64decode(req["data"]))
+            with self.identities.as_agent_files():
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | FILE_FLAGS, 0o644)
+                try:
+                    _require_regular(fd, req["path"])
+                    os.ftruncate(fd, 0)
+                    with open(fd, "wb", closefd=False) as f:
+                        f.write(data)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             raise RequestError("file", f"cannot write {req['path']}: {exc.strerror}") from exc
         return {"ok": True}
@@ -135,8 +169,11 @@ class Executor:
     def read(self, req: Message, host: socket.socket | None) -> Message:
         path, limit = self._path(req), int(req["max_bytes"])
         try:
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size > limit:
+            with self.identities.as_agent_files():
+                fd = os.open(path, os.O_RDONLY | FILE_FLAGS)
+            with open(fd, "rb") as f:
+                _require_regular(fd, req["path"])
+                if os.fstat(fd).st_size > limit:
                     raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
                 data = f.read(limit + 1)
         except OSError as exc:
@@ -145,44 +182,48 @@ class Executor:
             raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
         return {"ok": True, "data": base64.b64encode(data).decode()}
 
+    def verify(self, req: Message, host: socket.socket | None) -> Message:
+        checks = [
+            (str(c["command"]), base64.b64decode(c.get("stdin", "")), float(c["timeout"]))
+            for c in req["checks"]
+        ]
+        return {"ok": True, "holds": self.verifier.run(checks)}
+
     def reset(self, req: Message, host: socket.socket | None) -> Message:
         start = time.monotonic()
-        self.worker.stop()
-        for pgid in self.groups:
-            kill_group(pgid)
-        self.groups.clear()
         try:
-            if self.args.contained:
-                kill_everything_else()
+            self.kill_untrusted()  # first: no agent process is left to hold a child of ours
+            self.worker.stop()
+            for pgid in self.groups:
+                kill_group(pgid)
+            self.groups.clear()
             reap_children()
-            for folder in self.args.wipe:
-                wipe(folder)
+            for folder in self.folders:
+                folder.reset(switching=self.identities.switching)
+            if self.identities.switching:
+                remove_ipc_objects()
         except (OSError, TimeoutError) as exc:
             raise RequestError("reset_failed", str(exc)) from exc
         self.worker.start()
         self.oom_seen = self._oom_count()
-        return {"ok": True, "duration_s": time.monotonic() - start}
+        return {"ok": True, "duration_s": time.monotonic() - start, "oom_kills": self.oom_seen}
+
+    def kill_untrusted(self) -> None:
+        """SIGKILL every agent and verifier process, whatever session or group it hid in."""
+        users = (self.identities.agent, self.identities.verifier)
+        uids = [user.uid for user in users if user is not None]
+        if uids:
+            kill_users(*uids)
 
 
-def _make_writable_and_retry(func: Callable[[str], Any], path: str, exc_info: Any) -> None:
-    parent = os.path.dirname(path)
-    os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, stat.S_IRWXU)
-        shutil.rmtree(path)
-    else:
-        func(path)
+def _require_regular(fd: int, name: object) -> None:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_dev in _pseudo_devices():
+        raise RequestError("file", f"{name} is not a regular file")
 
 
-def wipe(folder: str) -> None:
-    """Remove everything inside ``folder`` (a mount point, so the folder itself stays)."""
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, stat.S_IRWXU)
-                shutil.rmtree(entry.path, onerror=_make_writable_and_retry)
-            else:
-                os.unlink(entry.path)
+def _pseudo_devices() -> set[int]:
+    return {os.stat(path).st_dev for path in PSEUDO_FILE_SYSTEMS if os.path.isdir(path)}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -195,30 +236,51 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--shell", default="/bin/bash")
     parser.add_argument("--python-grace", type=float, default=0.5)
-    parser.add_argument("--contained", action="store_true", help="reset kills every process")
+    parser.add_argument("--contained", action="store_true", help="we are alone in a box")
     parser.add_argument("--exit-with-parent", action="store_true")
+    parser.add_argument("--agent-user", type=User.parse, help="uid:gid agent processes run as")
+    parser.add_argument("--verifier-user", type=User.parse, help="uid:gid checks run as")
+    parser.add_argument("--host-user", type=User.parse, help="uid:gid that owns our sockets")
+    parser.add_argument(
+        "--orphan-after", type=float, help="exit once no host was connected this many seconds"
+    )
     return parser.parse_args(argv)
+
+
+def identities_of(args: argparse.Namespace) -> Identities:
+    """The users of ``args``; all of them or none (the fake), and only root can switch."""
+    users = (args.agent_user, args.verifier_user, args.host_user)
+    if all(user is None for user in users):
+        return Identities.none()
+    if any(user is None for user in users):
+        raise SystemExit("agent.executor: give --agent-user, --verifier-user and --host-user")
+    if os.geteuid() != 0:
+        raise SystemExit("agent.executor: switching users needs the executor to run as root")
+    agent, verifier, host = users
+    if agent.uid in (0, verifier.uid, host.uid) or verifier.uid in (0, host.uid):
+        raise SystemExit("agent.executor: the agent, verifier and host need uids of their own")
+    return Identities(agent, verifier, host)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.contained and os.getppid() != 1:
-        print(
-            "agent.executor: --contained needs an init as parent (docker --init)", file=sys.stderr
-        )
-        return 2
+    identities = identities_of(args)
     args.python_socket = args.python_socket or os.path.join(
         os.path.dirname(args.socket), PYTHON_SOCKET_NAME
     )
     os.chdir(args.work_dir)
-    executor = Executor(args)
+    executor = Executor(args, identities)
+    executor.kill_untrusted()  # nothing an earlier executor's agent left may outlive it
     executor.worker.start()  # listening before the executor's socket appears
-    server = listen(args.socket)
+    with identities.as_host_files():
+        server = listen(args.socket)
     serve(
         server,
         executor.handle,
         tick=executor.worker.watch,
         exit_with=os.getppid() if args.exit_with_parent else None,
+        admit=from_outside_the_box if args.contained else None,
+        orphan_after=args.orphan_after,
     )
     return 0
 

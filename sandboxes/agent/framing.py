@@ -32,10 +32,10 @@ def encode_frame(message: Mapping[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def body_length(header: bytes | bytearray) -> int:
+def body_length(header: bytes | bytearray, limit: int = MAX_FRAME_BYTES) -> int:
     (length,) = HEADER.unpack(header)
-    if length > MAX_FRAME_BYTES:
-        raise FrameError(f"frame length {length} exceeds {MAX_FRAME_BYTES}")
+    if length > limit:
+        raise FrameError(f"frame length {length} exceeds {limit}")
     return int(length)
 
 
@@ -53,17 +53,19 @@ class FrameReader:
     """Reads frames from a blocking socket, a whole buffer at a time.
 
     One ``recv`` usually brings a whole frame (header and body), so a call costs one
-    system call instead of two.
+    system call instead of two. ``limit`` caps a frame's body: a peer that is not trusted
+    (the agent's Python worker) cannot make us buffer more than that.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, limit: int = MAX_FRAME_BYTES) -> None:
         self.sock = sock
+        self.limit = limit
         self._buf = bytearray()
 
     def _take(self) -> Message | None:
         if len(self._buf) < HEADER.size:
             return None
-        end = HEADER.size + body_length(self._buf[: HEADER.size])
+        end = HEADER.size + body_length(self._buf[: HEADER.size], self.limit)
         if len(self._buf) < end:
             return None
         body = bytes(self._buf[HEADER.size : end])
@@ -74,7 +76,7 @@ class FrameReader:
         """Whether a whole frame is already buffered (a peer that sent two at once)."""
         if len(self._buf) < HEADER.size:
             return False
-        return len(self._buf) >= HEADER.size + body_length(self._buf[: HEADER.size])
+        return len(self._buf) >= HEADER.size + body_length(self._buf[: HEADER.size], self.limit)
 
     def read(self) -> Message | None:
         """The next frame; ``None`` when the peer closed cleanly between frames."""

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+PROC = "/proc"
+REAP_TIMEOUT_S = 1.0
+KILLED = 128 + signal.SIGKILL  # what we report for a child we killed but could not reap
 
 # cgroup v2 keeps the counter in memory.events, v1 in memory.oom_control ("oom_kill N").
 OOM_COUNTER_FILES = (
@@ -39,6 +45,26 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def reap(pid: int, timeout_s: float = REAP_TIMEOUT_S) -> int | None:
+    """Wait at most ``timeout_s`` for child ``pid`` to be reapable; its wait status, or None.
+
+    Never wait without a bound on a process agent code may hold: a child that another
+    agent process ptrace-attached cannot be reaped until its tracer lets go, and an
+    executor that waited for it would hang. ``reap_children`` collects it later.
+    """
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere already
+            return None
+        if done:
+            return status
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.0005)
+
+
 def reap_children() -> None:
     """Collect exited children so that they stop counting as processes."""
     while True:
@@ -50,22 +76,36 @@ def reap_children() -> None:
             return
 
 
-def kill_everything_else(deadline_s: float = 5.0) -> None:
-    """SIGKILL every process this user may signal except PID 1 (the init) and ourselves.
+def processes_of(*uids: int) -> Iterator[tuple[int, str]]:
+    """(pid, state letter) of every process whose real uid is one of ``uids``.
 
-    Only ever called inside a container (the executor checks), where that means every
-    process an agent started, whatever session or group it hid in. Loops until nothing is
-    left to signal: zombies count until their parent (ours, or the init) reaps them.
+    The real uid, from /proc/<pid>/status: a process cannot change it, while the owner
+    of /proc/<pid> becomes root when it makes itself non-dumpable.
     """
-    end = time.monotonic() + deadline_s
-    while True:
+    for name in os.listdir(PROC):
+        if not name.isdigit():
+            continue
         try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+            with open(f"{PROC}/{name}/status") as handle:
+                status = handle.read()
+        except OSError:  # gone meanwhile
+            continue
+        uid_at = status.index("\nUid:\t") + 6
+        if int(status[uid_at : status.index("\t", uid_at)]) in uids:
+            yield int(name), status[status.index("\nState:\t") + 8]
+
+
+def kill_users(*uids: int, deadline_s: float = 5.0) -> None:
+    """SIGKILL every process of ``uids``, whatever session or group it hid in, until none
+    is left (zombies count until their parent, ours or the init, reaps them)."""
+    end = time.monotonic() + deadline_s
+    while alive := [pid for pid, state in processes_of(*uids) if state not in "ZX"]:
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         reap_children()
         if time.monotonic() > end:
-            raise TimeoutError(f"processes still alive after {deadline_s} s of SIGKILL")
+            raise TimeoutError(f"processes of uids {uids} still alive after {deadline_s} s")
         time.sleep(0.0005)
 
 

@@ -1,9 +1,13 @@
 """The agent's Python namespace, in a forked child of the executor that the host calls directly.
 
-The worker listens on its own socket (``python.sock`` next to the executor's), so a Python
+The worker answers on its own socket (``python.sock`` next to the executor's), so a Python
 call costs one hop, host <-> worker. Forking (rather than starting ``python3``) makes a
 fresh namespace cost about a millisecond; a separate process keeps agent code away from
 the executor: ``os._exit``, a segfault or a patched module ends the worker, not the box.
+The worker is agent code's own process: the executor binds its socket (as the host's
+user, in the host's folder, so the agent can never replace or redirect it), forks, and
+the child becomes the agent's user before it runs anything. Whatever the worker answers
+is the agent's output and nothing more: the host reads it as untrusted data.
 
 Each snippet runs REPL-style: a trailing expression's value is printed (and kept as
 ``_``), ``SystemExit`` sets the exit code and keeps the namespace, an exception prints
@@ -24,6 +28,7 @@ import ast
 import builtins
 import contextlib
 import ctypes
+import math
 import mmap
 import os
 import signal
@@ -36,7 +41,8 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .framing import Message
-from .processes import exit_code_of, kill_group
+from .identity import Identities, become
+from .processes import KILLED, exit_code_of, kill_group, reap
 from .result import CallResult
 from .server import listen, serve
 
@@ -153,9 +159,17 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _worker_main(server: socket.socket, out: int, err: int, cwd: str, deadline: mmap.mmap) -> None:
+def _worker_main(
+    server: socket.socket,
+    out: int,
+    err: int,
+    cwd: str,
+    deadline: mmap.mmap,
+    identities: Identities,
+) -> None:
     parent = os.getppid()
-    _die_with_parent(parent)
+    become(identities.agent)  # first: nothing runs in here as the executor's user
+    _die_with_parent(parent)  # after: a change of user clears the parent-death signal
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     for src, dst in ((devnull, 0), (out, 1), (err, 2)):
@@ -173,10 +187,11 @@ def _worker_main(server: socket.socket, out: int, err: int, cwd: str, deadline: 
 class PythonWorker:
     """The executor's handle on its Python worker: start, watch the deadline, stop, report."""
 
-    def __init__(self, socket_path: str, cwd: str, grace: float) -> None:
+    def __init__(self, socket_path: str, cwd: str, grace: float, identities: Identities) -> None:
         self.socket_path = socket_path
         self.cwd = cwd
         self.grace = grace
+        self.identities = identities
         self.pid: int | None = None
         self.deadline = mmap.mmap(-1, DEADLINE.size)  # shared with every forked worker
         self._outputs: tuple[int, int] | None = None
@@ -186,18 +201,19 @@ class PythonWorker:
 
     def start(self) -> None:
         """Fork a fresh worker; its socket is listening when this returns."""
-        with contextlib.suppress(FileNotFoundError):
+        with self.identities.as_host_files(), contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         DEADLINE.pack_into(self.deadline, 0, 0.0)
         self._close_outputs()
         out, err = os.memfd_create("stdout"), os.memfd_create("stderr")
-        server = listen(self.socket_path)
+        with self.identities.as_host_files():
+            server = listen(self.socket_path)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the child never returns into the executor's code
             try:
-                _worker_main(server, out, err, self.cwd, self.deadline)
+                _worker_main(server, out, err, self.cwd, self.deadline, self.identities)
             finally:
                 os._exit(0)
         server.close()
@@ -213,6 +229,8 @@ class PythonWorker:
             self._exit_status = status
             return 1.0
         (deadline,) = DEADLINE.unpack_from(self.deadline, 0)
+        if not math.isfinite(deadline):  # the worker's memory is the agent's to scribble on
+            deadline = 1.0
         now = time.monotonic()
         if deadline == 0.0 or now < deadline:
             return WATCH_INTERVAL_S if deadline == 0.0 else min(deadline - now, WATCH_INTERVAL_S)
@@ -236,10 +254,12 @@ class PythonWorker:
         kill_group(self.pid)
         status = self._exit_status
         if status is None:
-            _, status = os.waitpid(self.pid, 0)
+            status = reap(self.pid)
         self.pid, self._exit_status = None, None
-        with contextlib.suppress(FileNotFoundError):
+        with self.identities.as_host_files(), contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
+        if status is None:  # held by a tracer of the agent's: reaped later
+            return KILLED
         return exit_code_of(os.waitstatus_to_exitcode(status))
 
     def end_report(self, cap: int) -> CallResult:

@@ -1,9 +1,10 @@
 """One shell command per call: a fresh ``bash -c`` in its own session, killed by group.
 
-Each command starts in the work dir with the executor's environment; nothing but files
-carries over between calls (no ``cd`` or ``export`` memory). A command that outlives its
-timeout is SIGKILLed with every process in its group. Background processes it started
-may keep running (a server the next command talks to); ``reset`` ends them.
+Each command starts in the work dir with the executor's environment, as the agent's user
+(``identities``), its stdin the call's data or nothing; nothing but files carries over
+between calls (no ``cd`` or ``export`` memory). A command that outlives its timeout is
+SIGKILLed with every process in its group. Background processes it started may keep
+running (a server the next command talks to); ``reset`` ends them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import socket
 import subprocess
 import time
 
-from .processes import exit_code_of, kill_group
+from .identity import Identities
+from .processes import KILLED, exit_code_of, kill_group, reap
 from .result import CallResult
 from .streams import CappedOutput, Outcome, drain, pump
 
@@ -28,21 +30,30 @@ def run_shell(
     timeout: float,
     cap: int,
     host: socket.socket | None = None,
+    stdin: bytes = b"",
+    identities: Identities | None = None,
 ) -> tuple[CallResult, int | None]:
     """Run ``command``; return its result and its process group id (None if it never ran)."""
     start = time.monotonic()
+    data = _stdin_file(stdin) if stdin else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(
             [shell, "-c", command],
             cwd=cwd,
-            stdin=subprocess.DEVNULL,
+            stdin=data,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            **(identities.agent_process() if identities else {}),
         )
-    except OSError as exc:
+    except OSError as exc:  # no process to be had (the box's limit), or no shell
         message = f"rollgym: cannot start the command: {exc}\n"
         return CallResult(CANNOT_START, "", message, False, time.monotonic() - start), None
+    finally:
+        if data != subprocess.DEVNULL:
+            os.close(data)
+    if identities is not None:
+        identities.mark_agent(proc.pid)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = CappedOutput(cap), CappedOutput(cap)
     outputs = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
@@ -53,14 +64,16 @@ def run_shell(
         outcome = pump(outputs, pidfd, start + timeout, host)
         if outcome is not Outcome.DONE:
             kill_group(proc.pid)
-        returncode = proc.wait()
+        status = reap(proc.pid)
         drain(outputs)
     finally:
         os.close(pidfd)
         proc.stdout.close()
         proc.stderr.close()
+    exit_code = KILLED if status is None else exit_code_of(os.waitstatus_to_exitcode(status))
+    proc.returncode = exit_code  # reaped (or given up on) here: Popen must not wait for it
     result = CallResult(
-        exit_code=exit_code_of(returncode),
+        exit_code=exit_code,
         stdout=out.text(),
         stderr=err.text(),
         truncated=out.truncated or err.truncated,
@@ -68,3 +81,12 @@ def run_shell(
         timed_out=outcome is not Outcome.DONE,
     )
     return result, proc.pid
+
+
+def _stdin_file(data: bytes) -> int:
+    """A memory file holding ``data``, read from its start: a command's stdin that never
+    blocks us, however little of it the command reads."""
+    fd = os.memfd_create("stdin")
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd

@@ -1,17 +1,25 @@
 """``DockerProvider``: hardened containers, each running the executor, for a ``WarmPool``.
 
-A box is a container started from ``SandboxConfig`` (network none, cap-drop ALL,
-no-new-privileges, read-only root, tmpfs ``/work`` and ``/tmp``, memory/CPU/pids limits,
-a non-root user, ``--init``) whose main process is the executor. The host reaches it
-through a unix socket in a per-box folder bind-mounted at ``/run/rollgym``: no network and
-no ``docker exec`` on the per-call path. The executor's code is a read-only bind mount of
-a copy made in the pool's runtime folder, so the runtime folder is the only host path the
+A box is a container started from ``SandboxConfig`` (network none, every capability
+dropped but SETUID, SETGID and KILL, no-new-privileges, read-only root, tmpfs ``/work``
+and ``/tmp``, memory/CPU/pids limits, ``--init``) whose main process is the executor,
+running as root so that it can run agent commands as the agent's user and checks as the
+verifier's, and stay out of reach of both. The host reaches it through unix sockets in
+a per-box folder bind-mounted at ``/run/rollgym``: no network and no ``docker exec`` on
+the per-call path. That folder belongs to this process's user, mode 0700: the executor
+makes its sockets there with this user's file-system identity, the agent's user cannot
+even enter it, so nothing in the box can write to the host's disk or put its own socket
+or link where the host connects. The executor's code is a read-only bind mount of a copy
+made in the pool's runtime folder, so the runtime folder is the only host path the
 Docker engine must see (keep it the same path for this process and the engine when the
 pool itself runs in a container).
 
-Every container is labelled (``rollgym.sandbox``, ``rollgym.pool``, ``rollgym.owner``);
-``sweep`` removes containers and folders whose owning process is gone, and ``close``
-removes everything of this pool. Docker SDK errors are translated to ``SandboxError``.
+Every container is labelled (``rollgym.sandbox``, ``rollgym.pool``, ``rollgym.owner``)
+and removed by the engine when it exits; a box whose host connections have all been
+gone for ``orphan_grace_s`` ends itself, so an owner killed without a chance to clean up
+leaves no container running. ``sweep`` removes what dead owners left (their folders,
+containers still in their grace), and ``close`` removes everything of this pool. Docker
+SDK errors are translated to ``SandboxError``.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import shutil
 import threading
 import time
@@ -34,6 +43,7 @@ from docker.types import LogConfig, Mount
 import docker
 
 from .. import agent
+from ..agent.identity import User
 from ..base import TMP_DIR, WORK_DIR, SandboxError
 from ..box import ExecutorSandbox
 from ..config import PoolConfig, SandboxConfig
@@ -49,6 +59,14 @@ SOCKET_NAME = "executor.sock"
 OWNER_FILE = "owner"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STATUS_CHECK_INTERVAL_S = 0.1
+EXECUTOR_UID = 0  # root in the box (no user namespace): what SO_PEERCRED shows the host
+# What the executor needs and nothing else: run commands as other users, and signal them.
+EXECUTOR_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
+AGENT_WRITABLE = (WORK_DIR, TMP_DIR, "/dev/shm", "/dev/mqueue")  # all that reset wipes
+# The container's main process: restart the executor when a signal ended it (the OOM
+# killer may pick it), after killing every other process but the init. Only a shell
+# builtin runs meanwhile, and the shell is too small for the OOM killer to want it.
+KEEPER = 'while :; do "$@"; code=$?; [ "$code" -gt 128 ] || exit "$code"; kill -9 -1; done'
 
 logger = logging.getLogger(__name__)
 
@@ -69,23 +87,29 @@ def docker_errors(action: str) -> Iterator[None]:
         raise SandboxError(f"{action}: the Docker engine does not answer ({exc})") from exc
 
 
-def container_spec(config: SandboxConfig, box_dir: Path, agent_dir: Path) -> dict[str, Any]:
-    """Keyword arguments of ``containers.run`` for one hardened box."""
-    user = f"{config.uid}:{config.gid}"
+def container_spec(
+    config: SandboxConfig, box_dir: Path, agent_dir: Path, host: User
+) -> dict[str, Any]:
+    """Keyword arguments of ``containers.create`` for one hardened box owned by ``host``."""
     command = [
+        "sh", "-c", KEEPER, "rollgym-keeper",
         "python3", "-B", "-m", "agent.executor",
         "--socket", f"{BOX_RUNTIME_DIR}/{SOCKET_NAME}",
         "--work-dir", WORK_DIR,
-        "--wipe", WORK_DIR, "--wipe", TMP_DIR, "--wipe", "/dev/shm",
+        *(arg for folder in AGENT_WRITABLE for arg in ("--wipe", folder)),
         "--python-grace", str(config.python_grace_s),
         "--contained",
+        "--agent-user", f"{config.uid}:{config.gid}",
+        "--verifier-user", f"{config.verifier_uid}:{config.gid}",
+        "--host-user", str(host),
+        "--orphan-after", str(config.orphan_grace_s),
     ]  # fmt: skip
     tmpfs_opts = "rw,exec,nosuid,nodev"
     return {
         "image": config.image,
         "command": command,
         "working_dir": str(Path(BOX_AGENT_DIR).parent),
-        "user": user,
+        "user": f"{EXECUTOR_UID}:{EXECUTOR_UID}",
         "environment": {
             "HOME": WORK_DIR,
             "TMPDIR": TMP_DIR,
@@ -96,6 +120,7 @@ def container_spec(config: SandboxConfig, box_dir: Path, agent_dir: Path) -> dic
         },
         "network_mode": config.network,
         "cap_drop": ["ALL"],
+        "cap_add": EXECUTOR_CAPABILITIES,
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {
@@ -108,6 +133,7 @@ def container_spec(config: SandboxConfig, box_dir: Path, agent_dir: Path) -> dic
         "nano_cpus": int(config.cpus * 1e9),
         "pids_limit": config.pids_limit,
         "init": True,
+        "auto_remove": True,  # a box that ends itself leaves nothing behind
         "mounts": [
             Mount(BOX_RUNTIME_DIR, str(box_dir), type="bind"),
             Mount(BOX_AGENT_DIR, str(agent_dir), type="bind", read_only=True),
@@ -129,6 +155,7 @@ class DockerProvider:
         self.config = config
         self.pool_id = uuid.uuid4().hex[:8]
         self.owner = Owner.me()
+        self.host = User(os.getuid(), os.getgid())
         self.runtime_dir = Path(config.runtime_dir) / self.pool_id
         self._metrics = metrics
         self._client = client
@@ -153,6 +180,14 @@ class DockerProvider:
         }
 
     def open(self) -> None:
+        box = self.config.box
+        if self.host.uid in (box.uid, box.verifier_uid):
+            raise SandboxError(
+                f"this process runs as uid {self.host.uid}, which is also the box's agent or "
+                f"verifier user ({box.uid}, {box.verifier_uid}): agent code could then write "
+                "to this user's folders. Run as another user or set SandboxConfig.uid and "
+                "verifier_uid to uids of their own"
+            )
         with docker_errors("connecting to the Docker engine"):
             if self._client is None:
                 self._client = docker.from_env()
@@ -165,14 +200,12 @@ class DockerProvider:
             shutil.copyfile(source, agent_dir / source.name)
         for path in (agent_dir, *agent_dir.iterdir()):
             path.chmod(0o755 if path.is_dir() else 0o644)
-        self.runtime_dir.chmod(0o711)  # the box user only ever enters its own folder
 
     def start_box(self) -> ExecutorSandbox:
         box_id = f"{self.pool_id}-{next(self._names):03d}"
         box_dir = self.runtime_dir / box_id
-        box_dir.mkdir()
-        box_dir.chmod(0o777)  # the box's user (another uid) creates the socket here
-        spec = container_spec(self.config.box, box_dir, self.runtime_dir / "agent")
+        box_dir.mkdir(mode=0o700)  # ours alone: the executor acts as us to make its sockets
+        spec = container_spec(self.config.box, box_dir, self.runtime_dir / "agent", self.host)
         try:
             # create + start, not run(): run() answers a missing image with a pull, which
             # waits on a registry that may not be there.
@@ -190,7 +223,14 @@ class DockerProvider:
                 container.start()
             socket_path = box_dir / SOCKET_NAME
             self._wait_for_socket(container, socket_path)
-            box = ExecutorSandbox(box_id, str(socket_path), self.config.box, metrics=self._metrics)
+            box = ExecutorSandbox(
+                box_id,
+                str(socket_path),
+                self.config.box,
+                executor_uid=EXECUTOR_UID,
+                metrics=self._metrics,
+                restarts=True,
+            )
             box.ping()
         except BaseException:
             self._remove(box_id)
@@ -209,14 +249,22 @@ class DockerProvider:
                 )
             if now > next_check:
                 next_check = now + STATUS_CHECK_INTERVAL_S
-                with docker_errors("checking a starting sandbox"):
-                    container.reload()
-                    if container.status not in ("created", "running"):
-                        logs = container.logs(tail=20).decode(errors="replace")
-                        raise SandboxError(
-                            f"sandbox exited while starting ({container.status}): {logs}"
-                        )
+                self._check_starting(container)
             time.sleep(0.002)
+
+    @staticmethod
+    def _check_starting(container: Container) -> None:
+        try:
+            with docker_errors("checking a starting sandbox"):
+                container.reload()
+                if container.status in ("created", "running"):
+                    return
+                logs = container.logs(tail=20).decode(errors="replace")
+        except SandboxError as exc:  # removed on exit before we could look
+            if "No such container" not in str(exc) and "404" not in str(exc):
+                raise
+            raise SandboxError("sandbox exited while starting (and was removed)") from exc
+        raise SandboxError(f"sandbox exited while starting ({container.status}): {logs}")
 
     def stop_box(self, box: ExecutorSandbox) -> None:
         box.close()

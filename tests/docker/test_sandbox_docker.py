@@ -53,7 +53,7 @@ def test_shell_python_and_files(pool) -> None:
     with pool.sandbox() as box:
         result = box.run_shell("echo out; echo err >&2; id -u; pwd; exit 5")
         assert (result.stdout, result.stderr, result.exit_code) == (
-            "out\n1000\n/work\n",
+            "out\n61000\n/work\n",
             "err\n",
             5,
         )
@@ -79,7 +79,7 @@ async def test_async_calls_run_side_by_side(pool) -> None:
 def test_hardening_non_root_no_caps_no_new_privileges(pool) -> None:
     with pool.sandbox() as box:
         status = box.run_shell("grep -E '^(Uid|CapEff|CapPrm|NoNewPrivs)' /proc/self/status").stdout
-        assert "Uid:\t1000\t1000\t1000\t1000" in status
+        assert "Uid:\t61000\t61000\t61000\t61000" in status
         assert "CapEff:\t0000000000000000" in status and "CapPrm:\t0000000000000000" in status
         assert "NoNewPrivs:\t1" in status
 
@@ -131,31 +131,36 @@ def test_a_python_call_that_ignores_sigint_is_killed_and_the_namespace_replaced(
 
 
 def test_fork_bomb_is_contained(pool) -> None:
-    # bash builtins only (no child of its own): init, executor, Python worker and this bash
+    # bash builtins only (no child of its own): init, keeper, executor, Python worker, this bash
     count = "n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo $n"
     with pool.sandbox() as box:
-        assert box.run_shell(count).stdout == "4\n"
+        assert box.run_shell(count).stdout == "5\n"
         with pytest.raises(SandboxTimeout):
             box.run_shell("bomb() { bomb | bomb & }; bomb; sleep 5", timeout=3)
         assert box.run_shell("echo alive").stdout == "alive\n"
         events = "cat /sys/fs/cgroup/pids/pids.events 2>/dev/null || cat /sys/fs/cgroup/pids.events"
         refused = box.run_shell(events).stdout.split()
         assert refused[0] == "max" and int(refused[1]) > 0  # the pids limit stopped it
-        assert box.run_shell(count).stdout == "4\n"  # and the timeout took all of it
+        assert box.run_shell(count).stdout == "5\n"  # and the timeout took all of it
 
 
-def test_memory_hog_is_killed_and_reported_then_replaced() -> None:
-    config = PoolConfig(size=1, box=SandboxConfig(memory_mb=64), **QUIET)
+SMALL_MEMORY = SandboxConfig(memory_mb=64, work_dir_mb=8, tmp_dir_mb=8, shm_mb=8)
+
+
+def test_memory_hog_is_killed_and_reported_and_the_box_retired_after() -> None:
+    config = PoolConfig(size=1, box=SMALL_MEMORY, **QUIET)
     with DockerSandboxPool(config) as pool:
         with pool.sandbox() as box:
             hog_id = box.id
             with pytest.raises(SandboxOOM):
                 box.run_shell("python3 -c \"x = b'x' * (256 << 20)\"")
-            assert box.state is SandboxState.DEAD
-        with pool.sandbox(timeout=60) as box:
-            assert box.id != hog_id
+            assert box.state is SandboxState.READY  # the agent's doing: the box lives on
+            assert box.run_shell("echo alive").stdout == "alive\n"
             with pytest.raises(SandboxOOM):
                 box.run_python("hog = b'x' * (256 << 20)")
+            assert box.run_python("1 + 1").stdout == "2\n"
+        with pool.sandbox(timeout=60) as box:
+            assert box.id != hog_id
 
 
 def test_reset_leaves_no_files_processes_or_python_state() -> None:

@@ -7,10 +7,10 @@ import gymnasium
 import pytest
 
 from rollgym.envs.errors import EpisodeStateError, InfraError
-from rollgym.envs.python_tests import TestsStep
+from rollgym.envs.progress import ProgressStep
 from rollgym.envs.scripted import fenced, solver
 from rollgym.envs.tasksets import Check, ShellTask
-from rollgym.sandboxes.base import ExecResult, SandboxOOM, SandboxState
+from rollgym.sandboxes.base import SandboxDied, SandboxOOM, SandboxState
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
 
@@ -65,7 +65,7 @@ def test_a_task_whose_setup_fails_raises_on_reset(pool) -> None:
 
 
 def test_a_crashing_reward_in_a_sandboxed_env_is_flagged(pool) -> None:
-    def reward(step: TestsStep) -> float:
+    def reward(step: ProgressStep) -> float:
         raise KeyError("scores table missing")
 
     env = gymnasium.make("rollgym/PythonTests-v0", sandbox_pool=pool, step_reward=reward)
@@ -91,17 +91,16 @@ def test_each_reset_takes_a_fresh_box_and_close_gives_it_back(pool) -> None:
 
 
 class OneCallBox:
-    """A stand-in box whose shell call fails with ``error``, leaving it in ``state_after``."""
+    """A stand-in box whose shell call fails with ``error``; no check ever holds."""
 
-    def __init__(self, error: Exception, state_after):
+    def __init__(self, error: Exception):
         self.error, self.state = error, SandboxState.READY
-        self.state_after = state_after
 
-    def run_shell(self, command: str, *, timeout: float | None = None):
-        if "timeout" in command:  # the checker: nothing holds
-            return ExecResult("0\n", "", 0, 0.0, 0.0)
-        self.state = self.state_after
+    def run_shell(self, command: str, *, timeout=None, stdin=None):
         raise self.error
+
+    def verify(self, checks):
+        return (False,) * len(checks)
 
 
 class OneBoxPool:
@@ -119,11 +118,15 @@ class OneBoxPool:
 
 
 @pytest.mark.parametrize(
-    ("state_after", "failure"), [(SandboxState.READY, "task"), (SandboxState.DEAD, "infra")]
+    ("error", "failure"),
+    [
+        (SandboxOOM("the shell call was killed for using too much memory"), "task"),
+        (SandboxDied("sandbox x stopped answering"), "infra"),
+    ],
 )
-def test_an_oom_kill_is_the_agents_failure_only_while_the_box_lives(state_after, failure) -> None:
-    box = OneCallBox(SandboxOOM("the shell call was killed for using too much memory"), state_after)
-    env = gymnasium.make("rollgym/Shell-v0", sandbox_pool=OneBoxPool(box))
+def test_who_caused_a_failure_decides_its_kind(error: Exception, failure: str) -> None:
+    # An OOM kill is the agent's doing (the box lives on); a box that died is not.
+    env = gymnasium.make("rollgym/Shell-v0", sandbox_pool=OneBoxPool(OneCallBox(error)))
     env.reset(options={"task_id": "make-dir"})
     obs, reward, terminated, truncated, info = env.step(
         fenced("bash", "python3 -c 'x = [0] * 10**10'")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from rollgym.sandboxes.agent import processes
-from rollgym.sandboxes.agent.executor import wipe
 from rollgym.sandboxes.agent.processes import exit_code_of, oom_kill_count
 from rollgym.sandboxes.agent.pyworker import execute, take_output
 from rollgym.sandboxes.agent.streams import CappedOutput
+from rollgym.sandboxes.agent.wipe import wipe
 
 
 def run(source: str, namespace: dict) -> tuple[int, str, str]:
