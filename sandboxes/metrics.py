@@ -45,6 +45,23 @@ DEATHS = "sandbox_deaths_total"
 REPLACEMENTS = "sandbox_replacements_total"
 RECYCLED = "sandbox_recycled_total"
 
+# Every metric and its label names: what an adapter (the server's Prometheus sink) registers.
+TIMINGS: dict[str, tuple[str, ...]] = {
+    POOL_WAIT: (),
+    ROUND_TRIP: ("op",),
+    COMMAND: ("op",),
+    COLD_START: (),
+    RESET: (),
+}
+COUNTS: dict[str, tuple[str, ...]] = {
+    TIMEOUTS: ("op",),
+    OOM_KILLS: ("op",),
+    TRUNCATED: ("op",),
+    DEATHS: ("reason",),
+    REPLACEMENTS: (),
+    RECYCLED: ("reason",),
+}
+
 Labels = Mapping[str, str]
 NO_LABELS: Labels = {}
 

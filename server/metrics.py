@@ -30,7 +30,6 @@ sandbox_*                                   (see sandboxes.metrics) the sandbox 
 from __future__ import annotations
 
 import contextlib
-from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -47,31 +46,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class SandboxSink:
-    """``sandboxes.metrics.MetricsSink`` onto Prometheus; unknown names are ignored."""
-
-    _TIMINGS: ClassVar[dict[str, tuple[str, ...]]] = {
-        sbx.POOL_WAIT: (),
-        sbx.ROUND_TRIP: ("op",),
-        sbx.COMMAND: ("op",),
-        sbx.COLD_START: (),
-        sbx.RESET: (),
-    }
-    _COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
-        sbx.TIMEOUTS: ("op",),
-        sbx.TRUNCATED: ("op",),
-        sbx.DEATHS: ("reason",),
-        sbx.REPLACEMENTS: (),
-        sbx.RECYCLED: ("reason",),
-    }
+    """``sandboxes.metrics.MetricsSink`` onto Prometheus: every metric the sandboxes declare
+    (``sbx.TIMINGS``, ``sbx.COUNTS``) is registered; anything else is ignored."""
 
     def __init__(self, registry: CollectorRegistry):
         self._histograms = {
             name: Histogram(name, name, labels, registry=registry, buckets=_FAST)
-            for name, labels in self._TIMINGS.items()
+            for name, labels in sbx.TIMINGS.items()
         }
         self._counters = {
             name: Counter(name, name, labels, registry=registry)
-            for name, labels in self._COUNTS.items()
+            for name, labels in sbx.COUNTS.items()
         }
 
     def observe(self, name: str, seconds: float, labels: sbx.Labels = sbx.NO_LABELS) -> None:
