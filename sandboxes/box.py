@@ -37,7 +37,7 @@ from typing import Any
 
 from . import metrics as m
 from .agent.executor import PYTHON_SOCKET_NAME
-from .agent.framing import Message
+from .agent.framing import Frame
 from .base import (
     Check,
     ExecResult,
@@ -199,7 +199,7 @@ class ExecutorSandbox:
         self._python.close()
 
     # -- requests and replies -----------------------------------------------------------------
-    def _command_request(self, op: str, fields: dict[str, Any], timeout: float | None) -> Message:
+    def _command_request(self, op: str, fields: dict[str, Any], timeout: float | None) -> Frame:
         seconds = self._config.command_timeout_s if timeout is None else timeout
         if seconds <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
@@ -212,17 +212,17 @@ class ExecutorSandbox:
             fields["stdin"] = _base64(stdin)
         return fields
 
-    def _lost_python_request(self) -> Message:
+    def _lost_python_request(self) -> Frame:
         return {"op": "python_exit", "cap": self._config.output_limit_bytes}
 
-    def _worker_reply(self, reply: Message) -> CallReply:
+    def _worker_reply(self, reply: Frame) -> CallReply:
         """The worker's answer, read as the agent's data; nonsense counts as a lost call."""
         try:
             return read_reply(reply, cap=self._config.output_limit_bytes, trusted=False)
         except BadReply as exc:
             raise TransportError(f"the Python worker answered nonsense: {exc}") from exc
 
-    def _lost_python_reply(self, request: Message, reply: Message, start: float) -> CallReply:
+    def _lost_python_reply(self, request: Frame, reply: Frame, start: float) -> CallReply:
         """The box could not time a call it lost; one that outlived its timeout timed out."""
         result = self._trusted_reply(reply)
         duration = time.perf_counter() - start
@@ -237,17 +237,17 @@ class ExecutorSandbox:
             result.oom,
         )
 
-    def _trusted_reply(self, reply: Message) -> CallReply:
+    def _trusted_reply(self, reply: Frame) -> CallReply:
         try:
             return read_reply(reply, cap=self._config.output_limit_bytes, trusted=True)
         except BadReply as exc:
             self.mark_dead("bad_reply")
             raise SandboxDied(f"sandbox {self._id}: the executor's reply is broken: {exc}") from exc
 
-    def _write_request(self, path: str, content: bytes | str) -> Message:
+    def _write_request(self, path: str, content: bytes | str) -> Frame:
         return {"op": "write", "path": self._box_path(path), "data": _base64(content)}
 
-    def _read_request(self, path: str) -> Message:
+    def _read_request(self, path: str) -> Frame:
         return {
             "op": "read",
             "path": self._box_path(path),
@@ -263,7 +263,7 @@ class ExecutorSandbox:
             raise SandboxFileError(f"{path!r}: a path must be valid Unicode text") from exc
         return self._map_path(path)
 
-    def _verify_request(self, checks: Sequence[Check]) -> tuple[Message, float]:
+    def _verify_request(self, checks: Sequence[Check]) -> tuple[Frame, float]:
         fields = [
             {"command": c.command, "stdin": _base64(c.stdin), "timeout": c.timeout} for c in checks
         ]
@@ -282,19 +282,19 @@ class ExecutorSandbox:
         reply = self._trusted_reply(await self._acall(request, request["timeout"]))
         return self._exec_result(request, reply, time.perf_counter() - start)
 
-    def _call_timed(self, op: str, request: Message, timeout: float) -> Message:
+    def _call_timed(self, op: str, request: Frame, timeout: float) -> Frame:
         start = time.perf_counter()
         reply = self._call(request, timeout)
         self._metrics.observe(m.ROUND_TRIP, time.perf_counter() - start, {"op": op})
         return reply
 
-    async def _acall_timed(self, op: str, request: Message, timeout: float) -> Message:
+    async def _acall_timed(self, op: str, request: Frame, timeout: float) -> Frame:
         start = time.perf_counter()
         reply = await self._acall(request, timeout)
         self._metrics.observe(m.ROUND_TRIP, time.perf_counter() - start, {"op": op})
         return reply
 
-    def _call(self, request: Message, timeout: float) -> Message:
+    def _call(self, request: Frame, timeout: float) -> Frame:
         self._check_usable()
         try:
             reply = self._client.call(request, timeout + self._config.host_grace_s)
@@ -302,7 +302,7 @@ class ExecutorSandbox:
             raise self._lost(exc, self._recover()) from exc
         return self._check_reply(reply)
 
-    async def _acall(self, request: Message, timeout: float) -> Message:
+    async def _acall(self, request: Frame, timeout: float) -> Frame:
         self._check_usable()
         try:
             reply = await self._client.acall(request, timeout + self._config.host_grace_s)
@@ -310,7 +310,7 @@ class ExecutorSandbox:
             raise self._lost(exc, await self._arecover()) from exc
         return self._check_reply(reply)
 
-    def _recover(self) -> Message | None:
+    def _recover(self) -> Frame | None:
         """A ``ping`` answer from the executor, come back within the grace; or None."""
         deadline = time.monotonic() + self._config.host_grace_s
         while self._restarts and time.monotonic() < deadline:
@@ -320,7 +320,7 @@ class ExecutorSandbox:
                 time.sleep(RECOVERY_POLL_S)
         return None
 
-    async def _arecover(self) -> Message | None:
+    async def _arecover(self) -> Frame | None:
         deadline = time.monotonic() + self._config.host_grace_s
         while self._restarts and time.monotonic() < deadline:
             try:
@@ -329,7 +329,7 @@ class ExecutorSandbox:
                 await asyncio.sleep(RECOVERY_POLL_S)
         return None
 
-    def _lost(self, exc: TransportError, ping: Message | None) -> SandboxError:
+    def _lost(self, exc: TransportError, ping: Frame | None) -> SandboxError:
         """What a broken connection meant: the agent's OOM, or the box's death."""
         if ping is not None and self._restarted_by_oom(ping):
             self._seen(ping)
@@ -342,7 +342,7 @@ class ExecutorSandbox:
             )
         return self._died(exc)
 
-    def _restarted_by_oom(self, ping: Message) -> bool:
+    def _restarted_by_oom(self, ping: Frame) -> bool:
         """Another executor answers, and the OOM killer took a process since we last looked."""
         if self._executor is None:
             return False
@@ -352,7 +352,7 @@ class ExecutorSandbox:
             return False
         return ping.get("pid") != pid and now > oom_kills
 
-    def _seen(self, reply: Message) -> None:
+    def _seen(self, reply: Frame) -> None:
         self._executor = (reply.get("pid"), reply.get("oom_kills"))
 
     def _check_usable(self) -> None:
@@ -365,7 +365,7 @@ class ExecutorSandbox:
         self.mark_dead("unresponsive")
         return SandboxDied(f"sandbox {self._id} stopped answering: {exc}")
 
-    def _check_reply(self, reply: Message) -> Message:
+    def _check_reply(self, reply: Frame) -> Frame:
         if reply.get("ok"):
             return reply
         kind, message = reply.get("error"), str(reply.get("message"))
@@ -376,7 +376,7 @@ class ExecutorSandbox:
             raise SandboxDied(f"sandbox {self._id} could not be reset: {message}")
         raise SandboxError(f"sandbox {self._id} refused a request ({kind}): {message}")
 
-    def _exec_result(self, request: Message, reply: CallReply, round_trip_s: float) -> ExecResult:
+    def _exec_result(self, request: Frame, reply: CallReply, round_trip_s: float) -> ExecResult:
         op = request["op"]
         result = ExecResult(
             stdout=reply.stdout,
@@ -401,7 +401,7 @@ class ExecutorSandbox:
             raise SandboxTimeout(f"{op} call killed at its {request['timeout']} s timeout", result)
         return result
 
-    def _finish_reset(self, reply: Message, start: float) -> None:
+    def _finish_reset(self, reply: Frame, start: float) -> None:
         if self._executor is not None:
             self._executor = (self._executor[0], reply.get("oom_kills"))
         self._python.close()  # the next Python call meets the fresh worker
@@ -414,7 +414,7 @@ def _base64(content: bytes | str) -> str:
     return base64.b64encode(data).decode()
 
 
-def _holds(reply: Message, count: int) -> tuple[bool, ...]:
+def _holds(reply: Frame, count: int) -> tuple[bool, ...]:
     holds = reply.get("holds")
     if not isinstance(holds, list) or len(holds) != count:
         raise SandboxError(f"the verifier answered {holds!r} for {count} checks")

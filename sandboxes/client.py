@@ -24,9 +24,9 @@ from typing import Any, cast
 from .agent.framing import (
     HEADER,
     MAX_FRAME_BYTES,
+    Frame,
     FrameError,
     FrameReader,
-    Message,
     body_length,
     decode_body,
     encode_frame,
@@ -52,7 +52,7 @@ class _ReplyProtocol(asyncio.Protocol):
         self.transport: asyncio.WriteTransport | None = None
         self.lock = asyncio.Lock()
         self._buf = bytearray()
-        self._pending: asyncio.Future[Message] | None = None
+        self._pending: asyncio.Future[Frame] | None = None
         self._lost: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -83,7 +83,7 @@ class _ReplyProtocol(asyncio.Protocol):
         if self._pending is not None and not self._pending.done():
             self._pending.set_exception(TransportError(reason))
 
-    async def request(self, payload: bytes, deadline_s: float) -> Message:
+    async def request(self, payload: bytes, deadline_s: float) -> Frame:
         if self._lost is not None or self.transport is None:
             raise TransportError(self._lost or "not connected")
         self._pending = future = self.loop.create_future()
@@ -100,7 +100,7 @@ class _ReplyProtocol(asyncio.Protocol):
             self.transport.close()
 
 
-def _expire(future: asyncio.Future[Message], deadline_s: float) -> None:
+def _expire(future: asyncio.Future[Frame], deadline_s: float) -> None:
     if not future.done():
         future.set_exception(TransportError(f"no answer within {deadline_s:.1f} s"))
 
@@ -117,7 +117,7 @@ class ExecutorClient:
         self._lock = threading.Lock()
         self._aconn: _ReplyProtocol | None = None
 
-    def call(self, request: dict[str, Any], deadline_s: float) -> Message:
+    def call(self, request: dict[str, Any], deadline_s: float) -> Frame:
         with self._lock:
             try:
                 if self._sock is None:
@@ -145,7 +145,7 @@ class ExecutorClient:
                 raise TransportError("the executor closed the connection")
             return reply
 
-    async def acall(self, request: dict[str, Any], deadline_s: float) -> Message:
+    async def acall(self, request: dict[str, Any], deadline_s: float) -> Frame:
         conn = await self._aconnection(deadline_s)
         async with conn.lock:
             try:

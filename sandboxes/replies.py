@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .agent.framing import Message
+from .agent.framing import Frame
 
 NUMBERS = (int, float)
 
@@ -39,7 +39,7 @@ def worker_frame_limit(cap: int) -> int:
     return 2 * 12 * cap + (1 << 16)
 
 
-def read_reply(reply: Message, *, cap: int, trusted: bool) -> CallReply:
+def read_reply(reply: Frame, *, cap: int, trusted: bool) -> CallReply:
     """A command's result from ``reply``; ``BadReply`` unless every field has its type.
 
     On every Python call's path, so it checks exact types (what JSON gives) in one

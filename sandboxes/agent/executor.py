@@ -49,7 +49,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .framing import Message
+from .framing import Frame
 from .identity import Identities, User
 from .processes import group_alive, kill_group, kill_users, oom_kill_count, reap_children
 from .pyworker import PythonWorker
@@ -84,7 +84,7 @@ class Executor:
         self.groups: set[int] = set()  # shell process groups that may still hold processes
         self.folders = [WipedFolder.capture(folder) for folder in args.wipe]
         self.oom_seen = self._oom_count()
-        self.handlers: dict[str, Callable[[Message, socket.socket | None], Message]] = {
+        self.handlers: dict[str, Callable[[Frame, socket.socket | None], Frame]] = {
             "ping": lambda req, host: {
                 "ok": True,
                 "pid": os.getpid(),
@@ -98,7 +98,7 @@ class Executor:
             "reset": self.reset,
         }
 
-    def handle(self, request: Message, host: socket.socket | None) -> Message:
+    def handle(self, request: Frame, host: socket.socket | None) -> Frame:
         handler = self.handlers.get(str(request.get("op")))
         try:
             if handler is None:
@@ -111,7 +111,7 @@ class Executor:
         except Exception as exc:  # a request must never take the box down with it
             return {"ok": False, "error": "internal", "message": f"{type(exc).__name__}: {exc}"}
 
-    def shell(self, req: Message, host: socket.socket | None) -> Message:
+    def shell(self, req: Frame, host: socket.socket | None) -> Frame:
         result, pgid = run_shell(
             req["command"],
             shell=self.args.shell,
@@ -128,7 +128,7 @@ class Executor:
         self.groups = {group for group in self.groups if group_alive(group)}
         return self._with_oom(result).to_message()
 
-    def python_exit(self, req: Message, host: socket.socket | None) -> Message:
+    def python_exit(self, req: Frame, host: socket.socket | None) -> Frame:
         """The host lost a Python call: report how the worker ended, start a fresh one."""
         result = self._with_oom(self.worker.end_report(int(req["cap"])))
         self.worker.start()
@@ -146,10 +146,10 @@ class Executor:
             self.oom_seen = count
         return result
 
-    def _path(self, req: Message) -> str:
+    def _path(self, req: Frame) -> str:
         return os.path.join(self.args.work_dir, str(req["path"]))
 
-    def write(self, req: Message, host: socket.socket | None) -> Message:
+    def write(self, req: Frame, host: socket.socket | None) -> Frame:
         path, data = self._path(req), base64.b64decode(req["data"])
         try:
             with self.identities.as_agent_files():
@@ -166,7 +166,7 @@ class Executor:
             raise RequestError("file", f"cannot write {req['path']}: {exc.strerror}") from exc
         return {"ok": True}
 
-    def read(self, req: Message, host: socket.socket | None) -> Message:
+    def read(self, req: Frame, host: socket.socket | None) -> Frame:
         path, limit = self._path(req), int(req["max_bytes"])
         try:
             with self.identities.as_agent_files():
@@ -182,14 +182,14 @@ class Executor:
             raise RequestError("file", f"{req['path']} is larger than {limit} bytes")
         return {"ok": True, "data": base64.b64encode(data).decode()}
 
-    def verify(self, req: Message, host: socket.socket | None) -> Message:
+    def verify(self, req: Frame, host: socket.socket | None) -> Frame:
         checks = [
             (str(c["command"]), base64.b64decode(c.get("stdin", "")), float(c["timeout"]))
             for c in req["checks"]
         ]
         return {"ok": True, "holds": self.verifier.run(checks)}
 
-    def reset(self, req: Message, host: socket.socket | None) -> Message:
+    def reset(self, req: Frame, host: socket.socket | None) -> Frame:
         start = time.monotonic()
         try:
             self.kill_untrusted()  # first: no agent process is left to hold a child of ours

@@ -18,7 +18,7 @@ HEADER = struct.Struct("!I")
 MAX_FRAME_BYTES = 1 << 28  # 256 MiB: a guard against a corrupt length, not a quota
 READ_SIZE = 1 << 16
 
-Message = dict[str, Any]
+Frame = dict[str, Any]
 
 
 class FrameError(Exception):
@@ -39,7 +39,7 @@ def body_length(header: bytes | bytearray, limit: int = MAX_FRAME_BYTES) -> int:
     return int(length)
 
 
-def decode_body(body: bytes) -> Message:
+def decode_body(body: bytes) -> Frame:
     try:
         message = json.loads(body)
     except ValueError as exc:
@@ -62,7 +62,7 @@ class FrameReader:
         self.limit = limit
         self._buf = bytearray()
 
-    def _take(self) -> Message | None:
+    def _take(self) -> Frame | None:
         if len(self._buf) < HEADER.size:
             return None
         end = HEADER.size + body_length(self._buf[: HEADER.size], self.limit)
@@ -78,7 +78,7 @@ class FrameReader:
             return False
         return len(self._buf) >= HEADER.size + body_length(self._buf[: HEADER.size], self.limit)
 
-    def read(self) -> Message | None:
+    def read(self) -> Frame | None:
         """The next frame; ``None`` when the peer closed cleanly between frames."""
         while (message := self._take()) is None:
             chunk = self.sock.recv(READ_SIZE)

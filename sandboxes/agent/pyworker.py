@@ -40,7 +40,7 @@ import traceback
 from types import FrameType
 from typing import Any, TextIO
 
-from .framing import Message
+from .framing import Frame
 from .identity import Identities, become
 from .processes import KILLED, exit_code_of, kill_group, reap
 from .result import CallResult
@@ -118,7 +118,7 @@ class _Session:
         self.deadline = deadline
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
 
-    def handle(self, request: Message, host: socket.socket) -> Message:
+    def handle(self, request: Frame, host: socket.socket) -> Frame:
         if request.get("op") == "ping":
             return {"ok": True, "pid": os.getpid()}
         if request.get("op") != "python":

@@ -16,9 +16,9 @@ import struct
 import time
 from collections.abc import Callable
 
-from .framing import FrameError, FrameReader, Message, send_frame
+from .framing import Frame, FrameError, FrameReader, send_frame
 
-Handler = Callable[[Message, socket.socket], Message]
+Handler = Callable[[Frame, socket.socket], Frame]
 Admit = Callable[[socket.socket], bool]
 PEER_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
