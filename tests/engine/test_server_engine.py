@@ -172,7 +172,9 @@ async def test_in_flight_requests_never_mix_versions(
         long = SamplingSettings(temperature=1.0, max_tokens=300)
         version = engine.policy_version
         running = [asyncio.create_task(engine.generate(prompt, long)) for _ in range(8)]
-        await asyncio.sleep(0.05)  # submitted, and running
+        # all 8 in the engine (a loaded machine can take a while to submit them all)
+        while engine.llm.get_num_unfinished_requests() + sum(t.done() for t in running) < 8:  # noqa: ASYNC110  # vLLM offers no event for it
+            await asyncio.sleep(0.001)
         await updater.from_stream(chunks(data), expected_version=version)
         generations = await asyncio.gather(*running)
         versions = {g.policy_version for g in generations}
