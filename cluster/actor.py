@@ -32,13 +32,18 @@ class Whereabouts:
 class ServerHost:
     """One rollout server in this process (see the module docstring)."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str | None) -> None:
+        """``host``: where to listen; None: this node's address (a multi-node cluster)."""
         import uvicorn
 
         from rollgym.server.app import create_app
         from rollgym.server.config import ServerSettings
         from rollgym.server.serve import listen
 
+        if host is None:
+            import ray
+
+            host = ray.util.get_node_ip_address()
         settings = ServerSettings(host=host, port=0)
         self._listener = listen(host, 0)
         port = self._listener.getsockname()[1]

@@ -96,7 +96,8 @@ class RaySupervisor:
                 namespace=self.namespace,
             )
             self._owns_ray = True
-        host = c.server_host or ("127.0.0.1" if self._owns_ray else ray.util.get_node_ip_address())
+        # Locally, loopback; on a Ray cluster, each server listens on its own node's address.
+        host = c.server_host or ("127.0.0.1" if self._owns_ray else None)
         remote = ray.remote(ServerHost)
         for slot in range(c.servers):
             c.server_dir(slot).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,182 @@
+"""Scaling out: the same environment-bound workload on 1 and 2 servers behind the router.
+
+    .venv/bin/python -m bench.cluster [--groups 24] [--env-latency 0.5] [--slots 4]
+
+Three rows, each against a baseline from the same run:
+
+1. **episodes/s at 2 servers vs 1**: ``rollgym cluster up`` with 1, then 2 servers, on the
+   default model; a rollout job of ``bench.cluster_env``'s env (each step holds one of
+   ``--slots`` places of its server's pool for ``--env-latency`` s, so the environment,
+   not the model, bounds throughput; the same pool size per server). A consumer pulls and
+   acks through the router like a trainer; the rate is measured over ``--groups`` groups
+   after a warm-up. Target: at least 1.8x at 2 servers.
+2. **the router's hop**: the same call (``GET /v1/models``, answered by the server without
+   the engine) straight to a server and through the router, interleaved; the difference
+   of the medians is what the router adds per call. Target: at most 1 ms at p50.
+3. **weight fan-out**: one weight update through the router to 2 servers against the same
+   update to 1 server (median of ``--updates``): the staging is shared, the loads run at
+   once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.cluster_env import ENV_ID
+from rollgym.cluster.status import ClusterStatus
+from rollgym.contract.paths import default_model_dir
+from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.run.cluster_process import ClusterProcess
+
+Row = tuple[str, str, str, str, str]
+GROUP_SIZE = 4
+
+
+def job(args: argparse.Namespace, servers: int) -> RolloutJob:
+    # A budget big enough that admission never binds: the slow service is the bottleneck.
+    return RolloutJob(
+        env_id=f"bench.cluster_env:{ENV_ID}",
+        env_kwargs={"turns": 2, "latency_s": args.env_latency, "slots": args.slots},
+        group_size=GROUP_SIZE,
+        groups_per_batch=4 * servers,
+        max_staleness=1,
+        sampling=SamplingSettings(temperature=1.0, max_tokens=4),
+        drop_zero_variance=False,
+    )
+
+
+def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -> float:
+    """Start the job, pull and ack like a trainer; the rate after a warm-up."""
+    http.post("/admin/rollouts", content=job(args, servers).model_dump_json()).raise_for_status()
+    pull = PullRequest(trainer_version=0, max_staleness=1, num_groups=64, timeout_s=2.0)
+    got, started = 0, None
+    while got < args.groups:
+        answer = http.post("/admin/buffer/pull", content=pull.model_dump_json(), timeout=60)
+        groups = answer.json()["groups"]
+        if groups:
+            http.post("/admin/buffer/ack", json={"group_ids": [g["group_id"] for g in groups]})
+        if started is None:  # warm-up: the first groups pay engine and env start-up
+            started = time.perf_counter() if groups else None
+            continue
+        got += len(groups)
+    http.delete("/admin/rollouts").raise_for_status()
+    assert started is not None
+    return got * GROUP_SIZE / (time.perf_counter() - started)
+
+
+def hop_ms(http: httpx.Client, server_url: str, calls: int) -> tuple[float, float]:
+    """Median ms of ``GET /v1/models`` straight to a server and through the router."""
+    direct, routed = [], []
+    with httpx.Client(base_url=server_url) as server:
+        for _ in range(20):
+            server.get("/v1/models")
+            http.get("/v1/models")
+        for _ in range(calls):
+            started = time.perf_counter()
+            server.get("/v1/models").raise_for_status()
+            direct.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            http.get("/v1/models").raise_for_status()
+            routed.append(time.perf_counter() - started)
+    return statistics.median(direct) * 1e3, statistics.median(routed) * 1e3
+
+
+def update_s(http: httpx.Client, weights: bytes, updates: int) -> float:
+    """Median seconds of a weight update through the router (stage + fan-out + answer)."""
+    times = []
+    for _ in range(updates):
+        version = http.get("/health").json()["policy_version"]
+        started = time.perf_counter()
+        answer = http.post(
+            "/admin/weights", content=weights, headers={"X-Expected-Version": str(version)}
+        )
+        answer.raise_for_status()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, float]:
+    token = secrets.token_urlsafe(24)
+    settings = {"ROLLGYM_ENGINE__MAX_MODEL_LEN": "512", "ROLLGYM_ENGINE__WARMUP": "true"}
+    print(f"starting a cluster of {servers} (Ray, engines)...", flush=True)
+    with (
+        ClusterProcess(
+            servers=servers, model_dir=args.model_dir, data_dir=root / f"c{servers}",
+            admin_token=token, settings=settings, threads=1,
+        ) as cluster,
+        httpx.Client(
+            base_url=cluster.url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+        ) as http,
+    ):  # fmt: skip
+        status = ClusterStatus.model_validate_json(http.get("/admin/cluster").content)
+        server_url = status.servers[0].url
+        assert server_url is not None
+        out = {"eps": episodes_per_s(http, args, servers)}
+        out["direct_ms"], out["routed_ms"] = hop_ms(http, server_url, args.calls)
+        weights = (Path(args.model_dir) / "model.safetensors").read_bytes()
+        out["update_s"] = update_s(http, weights, args.updates)
+    return out
+
+
+def rows(one: dict[str, float], two: dict[str, float]) -> list[Row]:
+    hop = [two["routed_ms"] - two["direct_ms"], one["routed_ms"] - one["direct_ms"]]
+    return [
+        (
+            "env-bound episodes/s, 2 servers vs 1",
+            f"{two['eps']:.2f}/s",
+            f"{one['eps']:.2f}/s",
+            f"{two['eps'] / one['eps']:.2f}x",
+            ">= 1.8x",
+        ),
+        (
+            "router hop, GET /v1/models p50 (2 servers)",
+            f"{two['routed_ms']:.2f} ms",
+            f"{two['direct_ms']:.2f} ms direct",
+            f"+{hop[0]:.2f} ms",
+            f"<= 1 ms added (1 server: +{hop[1]:.2f} ms)",
+        ),
+        (
+            "weight update via router, 2 servers vs 1",
+            f"{two['update_s'] * 1e3:.0f} ms",
+            f"{one['update_s'] * 1e3:.0f} ms",
+            f"{two['update_s'] / one['update_s']:.2f}x",
+            "one staged copy, loads at once",
+        ),
+    ]
+
+
+def print_table(table: list[Row]) -> None:
+    headers = ("row", "measured", "baseline (same run)", "ratio", "target / note")
+    widths = [max(len(r[i]) for r in [headers, *table]) for i in range(5)]
+    line = "  ".join("-" * w for w in widths)
+    print(line)
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print(line)
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    print(line)
+
+
+def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        one = measure(args, 1, Path(tmp))
+        two = measure(args, 2, Path(tmp))
+    print_table(rows(one, two))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=24, help="groups measured per size")
+    parser.add_argument("--env-latency", type=float, default=0.5, help="seconds per env step")
+    parser.add_argument("--slots", type=int, default=4, help="env steps at once per server")
+    parser.add_argument("--calls", type=int, default=300, help="calls per hop measurement")
+    parser.add_argument("--updates", type=int, default=5, help="weight updates per size")
+    parser.add_argument("--model-dir", type=Path, default=default_model_dir())
+    main(parser.parse_args())
