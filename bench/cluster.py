@@ -54,11 +54,13 @@ def job(args: argparse.Namespace, servers: int) -> RolloutJob:
 
 def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -> float:
     """Start the job, pull and ack like a trainer; the rate after a warm-up."""
-    http.post("/admin/rollouts", content=job(args, servers).model_dump_json()).raise_for_status()
+    started_job = http.post("/admin/rollouts", json=job(args, servers).model_dump(mode="json"))
+    started_job.raise_for_status()
     pull = PullRequest(trainer_version=0, max_staleness=1, num_groups=64, timeout_s=2.0)
     got, started = 0, None
     while got < args.groups:
-        answer = http.post("/admin/buffer/pull", content=pull.model_dump_json(), timeout=60)
+        answer = http.post("/admin/buffer/pull", json=pull.model_dump(mode="json"), timeout=60)
+        answer.raise_for_status()
         groups = answer.json()["groups"]
         if groups:
             http.post("/admin/buffer/ack", json={"group_ids": [g["group_id"] for g in groups]})
@@ -122,6 +124,9 @@ def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, flo
         out["direct_ms"], out["routed_ms"] = hop_ms(http, server_url, args.calls)
         weights = (Path(args.model_dir) / "model.safetensors").read_bytes()
         out["update_s"] = update_s(http, weights, args.updates)
+    print(
+        f"  {servers} server(s): " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()), flush=True
+    )
     return out
 
 

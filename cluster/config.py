@@ -58,11 +58,6 @@ class ClusterConfig(BaseSettings):
         description="shared_file: every server loads one staged file (one box or a shared "
         "volume); http: the router uploads the file to each server",
     )
-    openai_router: Literal["builtin", "vllm-router"] = Field(
-        "builtin",
-        description="who picks the server of a session-less OpenAI call: rollgym's "
-        "least-loaded rule, or a vllm-router sidecar (sticky on X-Session-ID)",
-    )
     health_interval_s: float = Field(1.0, gt=0, description="how often servers are checked")
     start_timeout_s: float = Field(900.0, gt=0, description="a server's start, restart included")
     request_timeout_s: float = Field(600.0, gt=0, description="a call forwarded to a server")

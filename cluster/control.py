@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.errors import ClusterError, FanoutFailed, ServerAnswered, ServerUnreachable
@@ -34,7 +34,14 @@ from rollgym.cluster.supervisor import Supervisor
 from rollgym.cluster.versions import Answer, Applied, Refused, Unreachable, catch_up_steps, settle
 from rollgym.cluster.weights import Staged, WeightStore
 from rollgym.cluster.work import ClusterWork
-from rollgym.contract.wire import ErrorBody, ErrorCode, WeightUpdateResult
+from rollgym.contract.wire import (
+    ErrorBody,
+    ErrorCode,
+    NcclInit,
+    NcclUpdate,
+    PolicyInfo,
+    WeightUpdateResult,
+)
 
 logger = logging.getLogger(__name__)
 Connect = Callable[[str], ServerAPI]
@@ -136,7 +143,7 @@ class ControlPlane:
                         f"version {self.version}'s weights to catch it up"
                     )
                 for _ in range(steps):
-                    await self._apply(slot, current[0], slot.version)
+                    await self._apply(slot, current[0])
             slot.state = SlotState.SERVING  # resume_on needs it in rotation for its acks
             slot.reason = None
             await self.work.resume_on(slot)
@@ -202,10 +209,51 @@ class ControlPlane:
 
     async def update(self, staged: Staged, expected: int | None) -> WeightUpdateResult:
         """Fan ``staged`` out to the rotation; commit it as the next version if it moved."""
+        try:
+            return await self._update(expected, lambda slot: self._apply(slot, staged), staged)
+        except BaseException:
+            await asyncio.to_thread(self.store.discard, staged)
+            raise
+
+    async def update_nccl(self, announced: NcclUpdate) -> WeightUpdateResult:
+        """GPU hosts: every server in rotation receives the trainer's NCCL broadcast.
+
+        Nothing is staged: until the next file update, a server that leaves the rotation
+        cannot catch up and stays out (``failed``, with the reason)."""
+
+        async def receive(slot: Slot) -> WeightUpdateResult:
+            assert slot.api is not None
+            update = announced.model_copy(update={"expected_version": self.version})
+            result = await slot.api.nccl_update(update)
+            slot.version = result.policy_version
+            return result
+
+        return await self._update(announced.expected_version, receive, None)
+
+    async def nccl_init(self, body: NcclInit) -> PolicyInfo:
+        """Every server in rotation joins the trainer's NCCL group, one rank after another
+        (``rank_offset``, ``rank_offset + 1``...: one rank per server)."""
+        rotation = self.fleet.rotation()
+        if not rotation:
+            raise FanoutFailed("no server is in rotation to join the NCCL group")
+        answers = await asyncio.gather(
+            *(
+                s.api.nccl_init(body.model_copy(update={"rank_offset": body.rank_offset + i}))
+                for i, s in enumerate(rotation)
+                if s.api is not None
+            )
+        )
+        return answers[0].model_copy(update={"policy_version": self.version})
+
+    async def _update(
+        self,
+        expected: int | None,
+        apply: Callable[[Slot], Awaitable[WeightUpdateResult]],
+        staged: Staged | None,
+    ) -> WeightUpdateResult:
         started = time.perf_counter()
         async with self._lock:
             if expected is not None and expected != self.version:
-                await asyncio.to_thread(self.store.discard, staged)
                 raise ServerAnswered(
                     409,
                     ErrorBody(
@@ -215,39 +263,37 @@ class ControlPlane:
                 )
             rotation = self.fleet.rotation()
             if not rotation:
-                await asyncio.to_thread(self.store.discard, staged)
                 raise FanoutFailed("no server is in rotation to take the weights: retry shortly")
-            answers, results = await self._fan_out(rotation, staged)
+            answers, results = await self._fan_out(rotation, apply)
             settled = settle(self.version, answers)
             for name in settled.evicted:
                 self.evict(self.fleet.by_name(name), "failed a weight update", restart=True)
             if settled.refusal is not None:
-                await asyncio.to_thread(self.store.discard, staged)
                 raise ServerAnswered(settled.refusal.status, settled.refusal.error)
             if not settled.applied:
-                await asyncio.to_thread(self.store.discard, staged)
                 raise FanoutFailed("no server applied the weights; they are being restarted")
-            await asyncio.to_thread(self.store.commit, staged, settled.version)
+            if staged is not None:
+                await asyncio.to_thread(self.store.commit, staged, settled.version)
             self.version = settled.version
         self.on_fanout(time.perf_counter() - started)
         return WeightUpdateResult(
             policy_version=self.version,
-            bytes=staged.nbytes,
+            bytes=results[0].bytes,
             load_s=max(r.load_s for r in results),
             apply_s=max(r.apply_s for r in results),
             in_flight_policy=results[0].in_flight_policy,
         )
 
     async def _fan_out(
-        self, rotation: list[Slot], staged: Staged
+        self, rotation: list[Slot], apply: Callable[[Slot], Awaitable[WeightUpdateResult]]
     ) -> tuple[dict[str, Answer], list[WeightUpdateResult]]:
-        """Apply ``staged`` on every slot of ``rotation`` at once; each one's answer."""
+        """Run ``apply`` on every slot of ``rotation`` at once; each one's answer."""
         answers: dict[str, Answer] = {}
         results: list[WeightUpdateResult] = []
 
         async def one(slot: Slot) -> None:
             try:
-                result = await self._apply(slot, staged, self.version)
+                result = await apply(slot)
             except ServerAnswered as exc:
                 answers[slot.name] = Refused(exc.status, exc.body())
             except ClusterError as exc:
@@ -259,8 +305,10 @@ class ControlPlane:
         await asyncio.gather(*(one(slot) for slot in rotation))
         return answers, results
 
-    async def _apply(self, slot: Slot, staged: Staged, expected: int) -> WeightUpdateResult:
-        assert slot.api is not None
+    async def _apply(self, slot: Slot, staged: Staged) -> WeightUpdateResult:
+        """Load ``staged`` on ``slot``: its version moves from what it is now by one."""
+        assert slot.api is not None and slot.version is not None
+        expected = slot.version
         if self.config.weights_transport == "shared_file":
             result = await slot.api.weights_from_path(staged.folder, expected)
         else:
@@ -301,5 +349,4 @@ class ControlPlane:
                 for s in self.fleet.slots
             ],
             weights_transport=self.config.weights_transport,
-            openai_router=self.config.openai_router,
         )

@@ -54,6 +54,8 @@ from rollgym.contract.wire import (
     ErrorBody,
     ErrorCode,
     Health,
+    NcclInit,
+    NcclUpdate,
     PolicyInfo,
     PullRequest,
     PullResponse,
@@ -331,6 +333,18 @@ async def upload_weights(
 async def weights_from_path(body: WeightsFromPath, cluster: ClusterDep) -> WeightUpdateResult:
     staged = await asyncio.to_thread(cluster.control.store.stage_path, Path(body.path))
     return await cluster.control.update(staged, body.expected_version)
+
+
+@admin.post("/weights/nccl/init")
+async def nccl_init(body: NcclInit, cluster: ClusterDep) -> PolicyInfo:
+    """GPU hosts: every server joins the trainer's NCCL group (one rank each, in order)."""
+    return await cluster.control.nccl_init(body)
+
+
+@admin.post("/weights/nccl")
+async def nccl_update(body: NcclUpdate, cluster: ClusterDep) -> WeightUpdateResult:
+    """GPU hosts: every server receives the broadcast the trainer starts after this call."""
+    return await cluster.control.update_nccl(body)
 
 
 @admin.post("/rollouts")

@@ -24,6 +24,9 @@ from rollgym.contract.wire import (
     ErrorBody,
     ErrorCode,
     Health,
+    NcclInit,
+    NcclUpdate,
+    PolicyInfo,
     PullRequest,
     PullResponse,
     RolloutJob,
@@ -63,6 +66,10 @@ class ServerAPI(Protocol):
     async def weights_from_path(self, path: Path, expected: int) -> WeightUpdateResult: ...
 
     async def upload_weights(self, file: Path, expected: int) -> WeightUpdateResult: ...
+
+    async def nccl_init(self, body: NcclInit) -> PolicyInfo: ...
+
+    async def nccl_update(self, body: NcclUpdate) -> WeightUpdateResult: ...
 
     async def start_rollouts(self, job: RolloutJob) -> RolloutStatus: ...
 
@@ -117,6 +124,12 @@ class HttpServer:
             return await self._call(
                 WeightUpdateResult, "POST", "/admin/weights", data, headers=headers
             )
+
+    async def nccl_init(self, body: NcclInit) -> PolicyInfo:
+        return await self._call(PolicyInfo, "POST", "/admin/weights/nccl/init", body)
+
+    async def nccl_update(self, body: NcclUpdate) -> WeightUpdateResult:
+        return await self._call(WeightUpdateResult, "POST", "/admin/weights/nccl", body)
 
     async def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
         return await self._call(RolloutStatus, "POST", "/admin/rollouts", job)

@@ -24,7 +24,6 @@ class ClusterStatus(BaseModel):
     updating: bool
     servers: list[ServerStatus]
     weights_transport: str
-    openai_router: str
 
     def table(self) -> str:
         """A fixed-width table for the terminal."""

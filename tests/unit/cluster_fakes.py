@@ -30,6 +30,9 @@ from rollgym.contract.wire import (
     ErrorBody,
     ErrorCode,
     Health,
+    NcclInit,
+    NcclUpdate,
+    PolicyInfo,
     PullRequest,
     PullResponse,
     RolloutJob,
@@ -90,6 +93,7 @@ class FakeServer:
         self.sessions: set[str] = set()
         self.calls: list[str] = []
         self.loaded: list[Path] = []
+        self.nccl_rank: int | None = None
 
     def _alive(self, what: str) -> None:
         self.calls.append(what)
@@ -144,6 +148,16 @@ class FakeServer:
         self._alive("weights")
         self.loaded.append(file)
         return await self._update(expected)
+
+    async def nccl_init(self, body: NcclInit) -> PolicyInfo:
+        self._alive("nccl_init")
+        self.nccl_rank = body.rank_offset
+        return PolicyInfo(policy_version=self.box.version, model="m", updating=False)
+
+    async def nccl_update(self, body: NcclUpdate) -> WeightUpdateResult:
+        self._alive("nccl")
+        assert body.expected_version is not None
+        return await self._update(body.expected_version)
 
     async def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
         self._alive("start")

@@ -14,7 +14,7 @@ from rollgym.cluster.control import ControlPlane
 from rollgym.cluster.errors import FanoutFailed, ServerAnswered
 from rollgym.cluster.fleet import SlotState
 from rollgym.cluster.weights import WeightStore
-from rollgym.contract.wire import PullRequest, RolloutJob
+from rollgym.contract.wire import NcclInit, NcclUpdate, PullRequest, RolloutJob
 
 
 @contextlib.asynccontextmanager
@@ -133,6 +133,23 @@ async def test_a_server_behind_with_no_weights_to_catch_up_fails_clearly(tmp_pat
         slot = control.fleet.slots[1]
         assert slot.state is SlotState.FAILED
         assert "no copy of version 1" in (slot.reason or "")
+
+
+async def test_nccl_ranks_go_one_per_server_and_nothing_is_staged(tmp_path) -> None:
+    supervisor = FakeSupervisor(2)
+    async with plane(tmp_path, supervisor) as control:
+        init = NcclInit(master_address="trainer", master_port=29500, rank_offset=1, world_size=3)
+        await control.nccl_init(init)
+        assert [s.nccl_rank for s in supervisor.servers] == [1, 2]
+        announced = NcclUpdate(names=["w"], dtype_names=["float32"], shapes=[[2]])
+        assert (await control.update_nccl(announced)).policy_version == 1
+        assert [b.version for b in supervisor.boxes] == [1, 1]
+        assert control.store.current() is None  # a broadcast leaves no copy to catch up from
+        supervisor.boxes[1].version = 0  # its volume is lost with it: it comes back at 0
+        supervisor.kill(1)
+        slot = control.fleet.slots[1]
+        await until(lambda: slot.state is SlotState.FAILED)
+        assert slot.reason is not None and "no copy of version 1" in slot.reason
 
 
 def job(**kwargs: object) -> RolloutJob:
