@@ -8,11 +8,13 @@ Three rows, each against a baseline from the same run:
    default model; a rollout job of ``bench.cluster_env``'s env (each step holds one of
    ``--slots`` places of its server's pool for ``--env-latency`` s, so the environment,
    not the model, bounds throughput; the same pool size per server). A consumer pulls and
-   acks through the router like a trainer; the rate is measured over ``--groups`` groups
-   after a warm-up. Target: at least 1.8x at 2 servers.
+   acks through the router like a trainer; the rate is when ``--groups`` groups' episodes
+   ended on the servers, after ``--warmup`` groups. Target: at least 1.8x at 2 servers.
 2. **the router's hop**: the same call (``GET /v1/models``, answered by the server without
    the engine) straight to a server and through the router, interleaved; the difference
-   of the medians is what the router adds per call. Target: at most 1 ms at p50.
+   of the medians is what the router adds per call. Target: at most 1 ms at p50. For
+   scale, the same call through vllm-router (the Rust router of the vLLM project, policy
+   ``sticky_least_loaded``) in front of the same two servers.
 3. **weight fan-out**: one weight update through the router to 2 servers against the same
    update to 1 server (median of ``--updates``): the staging is shared, the loads run at
    once.
@@ -22,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,24 +58,25 @@ def job(args: argparse.Namespace, servers: int) -> RolloutJob:
 
 
 def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -> float:
-    """Start the job, pull and ack like a trainer; the rate after a warm-up."""
+    """Start the job, pull and ack like a trainer; the servers' production rate.
+
+    The rate comes from when episodes ended on the servers (``created_at``), not from
+    when they were pulled, so a backlog the consumer finds does not count as speed; the
+    first ``--warmup`` groups (engine and env start-up) are left out."""
     started_job = http.post("/admin/rollouts", json=job(args, servers).model_dump(mode="json"))
     started_job.raise_for_status()
     pull = PullRequest(trainer_version=0, max_staleness=1, num_groups=64, timeout_s=2.0)
-    got, started = 0, None
-    while got < args.groups:
+    ended: list[float] = []
+    while len(ended) < (args.warmup + args.groups) * GROUP_SIZE:
         answer = http.post("/admin/buffer/pull", json=pull.model_dump(mode="json"), timeout=60)
         answer.raise_for_status()
         groups = answer.json()["groups"]
         if groups:
             http.post("/admin/buffer/ack", json={"group_ids": [g["group_id"] for g in groups]})
-        if started is None:  # warm-up: the first groups pay engine and env start-up
-            started = time.perf_counter() if groups else None
-            continue
-        got += len(groups)
+        ended += [t["created_at"] for g in groups for t in g["trajectories"]]
     http.delete("/admin/rollouts").raise_for_status()
-    assert started is not None
-    return got * GROUP_SIZE / (time.perf_counter() - started)
+    window = sorted(ended)[args.warmup * GROUP_SIZE :]
+    return (len(window) - 1) / (window[-1] - window[0])
 
 
 def hop_ms(http: httpx.Client, server_url: str, calls: int) -> tuple[float, float]:
@@ -88,6 +94,39 @@ def hop_ms(http: httpx.Client, server_url: str, calls: int) -> tuple[float, floa
             http.get("/v1/models").raise_for_status()
             routed.append(time.perf_counter() - started)
     return statistics.median(direct) * 1e3, statistics.median(routed) * 1e3
+
+
+def vllm_router_ms(server_urls: list[str], calls: int) -> float:
+    """Median ms of ``GET /v1/models`` through vllm-router in front of ``server_urls``."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        str(Path(sys.executable).parent / "vllm-router"), "--worker-urls", *server_urls,
+        "--policy", "sticky_least_loaded", "--host", "127.0.0.1", "--port", str(port),
+        "--log-level", "warning",
+    ]  # fmt: skip
+    router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    http.get("/v1/models").raise_for_status()
+                    break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            times = []
+            for _ in range(calls):
+                started = time.perf_counter()
+                http.get("/v1/models").raise_for_status()
+                times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1e3
+    finally:
+        router.terminate()
+        router.wait(timeout=30)
 
 
 def update_s(http: httpx.Client, weights: bytes, updates: int) -> float:
@@ -124,6 +163,9 @@ def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, flo
         out["direct_ms"], out["routed_ms"] = hop_ms(http, server_url, args.calls)
         weights = (Path(args.model_dir) / "model.safetensors").read_bytes()
         out["update_s"] = update_s(http, weights, args.updates)
+        if servers > 1:
+            urls = [s.url for s in status.servers if s.url is not None]
+            out["vllm_router_ms"] = vllm_router_ms(urls, args.calls)
     print(
         f"  {servers} server(s): " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()), flush=True
     )
@@ -146,6 +188,13 @@ def rows(one: dict[str, float], two: dict[str, float]) -> list[Row]:
             f"{two['direct_ms']:.2f} ms direct",
             f"+{hop[0]:.2f} ms",
             f"<= 1 ms added (1 server: +{hop[1]:.2f} ms)",
+        ),
+        (
+            "vllm-router hop, same call, same 2 servers",
+            f"{two['vllm_router_ms']:.2f} ms",
+            f"{two['direct_ms']:.2f} ms direct",
+            f"+{two['vllm_router_ms'] - two['direct_ms']:.2f} ms",
+            "for scale: the existing Rust router",
         ),
         (
             "weight update via router, 2 servers vs 1",
@@ -179,6 +228,7 @@ def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", type=int, default=24, help="groups measured per size")
+    parser.add_argument("--warmup", type=int, default=8, help="groups left out first")
     parser.add_argument("--env-latency", type=float, default=0.5, help="seconds per env step")
     parser.add_argument("--slots", type=int, default=4, help="env steps at once per server")
     parser.add_argument("--calls", type=int, default=300, help="calls per hop measurement")

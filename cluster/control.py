@@ -187,6 +187,13 @@ class ControlPlane:
         self._recoveries[slot.index] = asyncio.create_task(self._recover(slot, restart))
 
     async def _recover(self, slot: Slot, restart: bool) -> None:
+        try:
+            await self._replace(slot, restart)
+        except Exception as exc:  # anything unforeseen: say so in the status, never hang
+            logger.exception("recovering server %s failed", slot.name)
+            self._fail(slot, f"recovery failed: {exc!r}")
+
+    async def _replace(self, slot: Slot, restart: bool) -> None:
         old_pid = slot.pid
         try:
             where = await self.supervisor.locate(slot.index, 10.0)

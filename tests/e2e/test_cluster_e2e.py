@@ -4,12 +4,15 @@ One cluster for the module (``rollgym cluster up`` as a child process), in the o
 meets these things: a run trains from both servers; weights reach both under one version;
 sessions stay on their server; one server's process is SIGKILLed during a rollout (its
 sessions get a clear error, the other server keeps serving, Ray restarts it, its buffered
-groups come back, it rejoins at the cluster's version); ``cluster down`` leaves no
-process behind.
+groups come back, it rejoins at the cluster's version, the sandbox it left is swept);
+``cluster down`` leaves no process and no container behind. Each server has a sandbox
+pool of one box, so containers are part of what must not leak. Last, ``rollgym run
+--servers 2`` on a shrunken config.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,6 +44,7 @@ def cluster(tmp_path_factory, default_model_dir) -> Iterator[ClusterProcess]:
         "ROLLGYM_CLUSTER__HEALTH_INTERVAL_S": "0.5",
         "ROLLGYM_CLUSTER__MAX_RESTARTS": "2",
         "ROLLGYM_CLUSTER__MEMORY_PER_SERVER_GIB": "2",
+        "ROLLGYM_SANDBOXES__POOL_SIZE": "1",
     }
     with ClusterProcess(
         servers=2, model_dir=default_model_dir, data_dir=root, threads=1, settings=settings
@@ -81,6 +85,12 @@ def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-un
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.5)
+
+
+def containers_of(docker_client, pids: set[int]) -> list[str]:
+    """Sandbox containers owned by any of ``pids`` (the owner label: pid, start, host)."""
+    boxes = docker_client.containers.list(all=True, filters={"label": "rollgym.sandbox"})
+    return [c.name for c in boxes if int(c.labels.get("rollgym.owner", "0 x x").split()[0]) in pids]
 
 
 def job() -> RolloutJob:
@@ -134,7 +144,7 @@ def test_sessions_stay_on_the_server_that_holds_them(cluster) -> None:
         assert closed.headers["X-Rollgym-Server"] == home
 
 
-def test_sigkill_of_a_server_during_a_rollout(client, cluster) -> None:
+def test_sigkill_of_a_server_during_a_rollout(client, cluster, docker_client) -> None:
     http = httpx.Client(base_url=cluster.url, timeout=60)
     client.start_rollouts(job())  # nobody pulls: both buffers fill up to their share
     until(
@@ -152,6 +162,7 @@ def test_sigkill_of_a_server_during_a_rollout(client, cluster) -> None:
     version = client.policy_version()
 
     assert victim.pid is not None
+    assert containers_of(docker_client, {victim.pid})  # its warm sandbox
     os.kill(victim.pid, signal.SIGKILL)
     on_victim = next(sid for sid, home in sessions.items() if home == "s1")
     on_other = next(sid for sid, home in sessions.items() if home == "s0")
@@ -165,6 +176,7 @@ def test_sigkill_of_a_server_during_a_rollout(client, cluster) -> None:
     back = status(cluster).servers[1]
     assert back.restarts == 1 and back.pid != victim.pid
     assert back.policy_version == version == client.policy_version()  # caught up, one lineage
+    assert containers_of(docker_client, {victim.pid}) == []  # its restart swept the box
     again = per_server(cluster, "rollgym_buffer_groups", state="ready")["s1"]
     assert again == ready_before  # its buffered groups came back with it
     pulled = client.pull(
@@ -175,7 +187,7 @@ def test_sigkill_of_a_server_during_a_rollout(client, cluster) -> None:
     client.ack([g.group_id for g in pulled.groups])
 
 
-def test_cluster_down_leaves_no_process_behind(cluster) -> None:
+def test_cluster_down_leaves_no_process_and_no_container_behind(cluster, docker_client) -> None:
     assert cluster.pid is not None
     family = [psutil.Process(cluster.pid), *psutil.Process(cluster.pid).children(recursive=True)]
     assert len(family) > 3  # the router, Ray's own processes, the two servers
@@ -187,3 +199,26 @@ def test_cluster_down_leaves_no_process_behind(cluster) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     _, alive = psutil.wait_procs(family, timeout=120)
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+    assert containers_of(docker_client, {p.pid for p in family}) == []
+
+
+def test_rollgym_run_with_two_servers(tmp_path) -> None:
+    """The README's main command on a cluster: warm start, 2 servers, GRPO, evaluation."""
+    config = {
+        "run_dir": str(tmp_path / "run"),
+        "servers": 2,
+        "warmstart": {"oracle_episodes": 24, "imperfect_episodes": 8, "epochs": 1.0},
+        "trainer": {"output_dir": "grpo", "group_size": 4, "groups_per_batch": 2,
+                    "total_steps": 2, "max_staleness": 1},
+        "eval_episodes": 8,
+    }  # fmt: skip
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "rollgym.cli", "run", "--config", str(path)],
+        capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "starting 2 rollout servers on Ray" in done.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["config"]["servers"] == 2, summary
