@@ -1,6 +1,6 @@
 """Scaling out: the same environment-bound workload on 1 and 2 servers behind the router.
 
-    .venv/bin/python -m bench.cluster [--groups 24] [--env-latency 0.5] [--slots 4]
+    .venv/bin/python -m bench.cluster [--groups 48] [--env-latency 0.5] [--slots 4]
 
 Three rows, each against a baseline from the same run:
 
@@ -23,6 +23,7 @@ Three rows, each against a baseline from the same run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import secrets
 import socket
 import statistics
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -45,12 +47,14 @@ GROUP_SIZE = 4
 
 
 def job(args: argparse.Namespace, servers: int) -> RolloutJob:
-    # A budget big enough that admission never binds: the slow service is the bottleneck.
+    # 2 groups per server per batch: a window of 4 groups (16 episodes) per server keeps its
+    # 4 slots busy, so the slow service is the bottleneck, with little work half done at
+    # the edges of the measured window.
     return RolloutJob(
         env_id=f"bench.cluster_env:{ENV_ID}",
         env_kwargs={"turns": 2, "latency_s": args.env_latency, "slots": args.slots},
         group_size=GROUP_SIZE,
-        groups_per_batch=4 * servers,
+        groups_per_batch=2 * servers,
         max_staleness=1,
         sampling=SamplingSettings(temperature=1.0, max_tokens=4),
         drop_zero_variance=False,
@@ -79,25 +83,28 @@ def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -
     return (len(window) - 1) / (window[-1] - window[0])
 
 
-def hop_ms(http: httpx.Client, server_url: str, calls: int) -> tuple[float, float]:
-    """Median ms of ``GET /v1/models`` straight to a server and through the router."""
-    direct, routed = [], []
-    with httpx.Client(base_url=server_url) as server:
-        for _ in range(20):
-            server.get("/v1/models")
-            http.get("/v1/models")
+def hop_ms(bases: dict[str, str], calls: int) -> dict[str, float]:
+    """Median ms of ``GET /v1/models`` at each base URL, the calls interleaved."""
+    clients = {name: httpx.Client(base_url=url) for name, url in bases.items()}
+    times: dict[str, list[float]] = {name: [] for name in bases}
+    try:
+        for _ in range(20):  # connections open, caches warm
+            for client in clients.values():
+                client.get("/v1/models").raise_for_status()
         for _ in range(calls):
-            started = time.perf_counter()
-            server.get("/v1/models").raise_for_status()
-            direct.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            http.get("/v1/models").raise_for_status()
-            routed.append(time.perf_counter() - started)
-    return statistics.median(direct) * 1e3, statistics.median(routed) * 1e3
+            for name, client in clients.items():
+                started = time.perf_counter()
+                client.get("/v1/models").raise_for_status()
+                times[name].append(time.perf_counter() - started)
+    finally:
+        for client in clients.values():
+            client.close()
+    return {f"{name}_ms": statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def vllm_router_ms(server_urls: list[str], calls: int) -> float:
-    """Median ms of ``GET /v1/models`` through vllm-router in front of ``server_urls``."""
+@contextlib.contextmanager
+def vllm_router(server_urls: list[str]) -> Iterator[str]:
+    """vllm-router in front of ``server_urls`` (policy sticky_least_loaded); its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -107,23 +114,18 @@ def vllm_router_ms(server_urls: list[str], calls: int) -> float:
         "--log-level", "warning",
     ]  # fmt: skip
     router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    http.get("/v1/models").raise_for_status()
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-            times = []
-            for _ in range(calls):
-                started = time.perf_counter()
-                http.get("/v1/models").raise_for_status()
-                times.append(time.perf_counter() - started)
-        return statistics.median(times) * 1e3
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/v1/models").raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url
     finally:
         router.terminate()
         router.wait(timeout=30)
@@ -160,12 +162,15 @@ def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, flo
         server_url = status.servers[0].url
         assert server_url is not None
         out = {"eps": episodes_per_s(http, args, servers)}
-        out["direct_ms"], out["routed_ms"] = hop_ms(http, server_url, args.calls)
+        bases = {"direct": server_url, "routed": cluster.url}
+        if servers > 1:  # for scale: the existing router, in front of the same servers
+            urls = [s.url for s in status.servers if s.url is not None]
+            with vllm_router(urls) as other:
+                out.update(hop_ms({**bases, "vllm_router": other}, args.calls))
+        else:
+            out.update(hop_ms(bases, args.calls))
         weights = (Path(args.model_dir) / "model.safetensors").read_bytes()
         out["update_s"] = update_s(http, weights, args.updates)
-        if servers > 1:
-            urls = [s.url for s in status.servers if s.url is not None]
-            out["vllm_router_ms"] = vllm_router_ms(urls, args.calls)
     print(
         f"  {servers} server(s): " + ", ".join(f"{k} {v:.4g}" for k, v in out.items()), flush=True
     )
@@ -227,8 +232,8 @@ def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--groups", type=int, default=24, help="groups measured per size")
-    parser.add_argument("--warmup", type=int, default=8, help="groups left out first")
+    parser.add_argument("--groups", type=int, default=48, help="groups measured per size")
+    parser.add_argument("--warmup", type=int, default=12, help="groups left out first")
     parser.add_argument("--env-latency", type=float, default=0.5, help="seconds per env step")
     parser.add_argument("--slots", type=int, default=4, help="env steps at once per server")
     parser.add_argument("--calls", type=int, default=300, help="calls per hop measurement")

@@ -48,8 +48,8 @@ class ServerHost:
         self._listener = listen(host, 0)
         port = self._listener.getsockname()[1]
         self._url = f"http://{host}:{port}"
-        log_level = os.environ.get("ROLLGYM_LOG_LEVEL", "warning")
-        self._server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level=log_level))
+        # Each request's access line would flood Ray's worker logs: warnings and errors only.
+        self._server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
         self._failed: str | None = None
         self._thread = threading.Thread(target=self._serve, name="rollgym-server", daemon=True)
         self._thread.start()
