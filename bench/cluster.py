@@ -84,7 +84,9 @@ def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -
 
 
 def hop_ms(bases: dict[str, str], calls: int) -> dict[str, float]:
-    """Median ms of ``GET /v1/models`` at each base URL, the calls interleaved."""
+    """Median ms of ``GET /v1/models`` at each base URL, the calls interleaved; and for each
+    base but ``direct``, the median of its per-round difference to ``direct`` (``*_hop_ms``:
+    robust to the machine's load drifting during the measurement)."""
     clients = {name: httpx.Client(base_url=url) for name, url in bases.items()}
     times: dict[str, list[float]] = {name: [] for name in bases}
     try:
@@ -99,7 +101,12 @@ def hop_ms(bases: dict[str, str], calls: int) -> dict[str, float]:
     finally:
         for client in clients.values():
             client.close()
-    return {f"{name}_ms": statistics.median(t) * 1e3 for name, t in times.items()}
+    out = {f"{name}_ms": statistics.median(t) * 1e3 for name, t in times.items()}
+    for name, t in times.items():
+        if name != "direct":
+            hops = [a - b for a, b in zip(t, times["direct"], strict=True)]
+            out[f"{name}_hop_ms"] = statistics.median(hops) * 1e3
+    return out
 
 
 @contextlib.contextmanager
@@ -178,7 +185,7 @@ def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, flo
 
 
 def rows(one: dict[str, float], two: dict[str, float]) -> list[Row]:
-    hop = [two["routed_ms"] - two["direct_ms"], one["routed_ms"] - one["direct_ms"]]
+    hop = [two["routed_hop_ms"], one["routed_hop_ms"]]
     return [
         (
             "env-bound episodes/s, 2 servers vs 1",
@@ -198,7 +205,7 @@ def rows(one: dict[str, float], two: dict[str, float]) -> list[Row]:
             "vllm-router hop, same call, same 2 servers",
             f"{two['vllm_router_ms']:.2f} ms",
             f"{two['direct_ms']:.2f} ms direct",
-            f"+{two['vllm_router_ms'] - two['direct_ms']:.2f} ms",
+            f"+{two['vllm_router_hop_ms']:.2f} ms",
             "for scale: the existing Rust router",
         ),
         (

@@ -13,6 +13,8 @@ A package above ``rollgym.server`` (the server knows nothing of the cluster)::
     actor.py       ServerHost, the actor that is one ``rollgym serve``
     aggregate.py   /metrics and the dashboard's data over every server
     router.py      the router app: one entry point, the API of one server
+    metrics.py     the router's own metrics; status.py: ``GET /admin/cluster``
+    config.py      ClusterConfig (ROLLGYM_CLUSTER__*); errors.py: the error tree
     commands.py    ``rollgym cluster up | status | down``
 
 See ``docs/cluster.md``.

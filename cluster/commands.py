@@ -80,7 +80,8 @@ def _up(args: argparse.Namespace) -> int:
             server.should_exit = True
 
     app = create_router(config, stop=stop)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+    # No access log: a line per forwarded call would cost the router's hop.
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False))
     port = listener.getsockname()[1]
     print(f"rollgym cluster up: {config.servers} servers behind http://{config.host}:{port}")
     with listener:

@@ -108,6 +108,8 @@ def create_router(
     app = FastAPI(title="rollgym cluster router", lifespan=lifespan)
     app.include_router(agents)
     app.include_router(admin)
+    for path, endpoint, methods in PASS_THROUGH:
+        app.add_route(path, endpoint, methods=methods)
     app.add_exception_handler(ClusterError, _cluster_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
@@ -219,13 +221,17 @@ async def _model_name(cluster: Cluster) -> str:
     return str(orjson.loads(reply.body)["data"][0]["id"])
 
 
-@agents.get("/v1/models")
-async def models(request: Request, cluster: ClusterDep) -> Response:
+# The forwarding routes are plain Starlette endpoints (``PASS_THROUGH``): the server
+# validates their bodies, and FastAPI's per-request machinery would only add to the hop.
+
+
+async def models(request: Request) -> Response:
+    cluster = get_cluster(request)
     return await forward(cluster, cluster.control.fleet.pick(), request, "models")
 
 
-@agents.post("/v1/sessions")
-async def create_session(request: Request, cluster: ClusterDep) -> Response:
+async def create_session(request: Request) -> Response:
+    cluster = get_cluster(request)
     slot = cluster.control.fleet.pick()
     response = await forward(cluster, slot, request, "session_create")
     if response.status_code == 201:
@@ -234,21 +240,21 @@ async def create_session(request: Request, cluster: ClusterDep) -> Response:
     return response
 
 
-@agents.post("/v1/sessions/{session_id}/step")
-async def step_session(session_id: str, request: Request, cluster: ClusterDep) -> Response:
+async def step_session(request: Request) -> Response:
+    cluster, session_id = get_cluster(request), request.path_params["session_id"]
     return await forward(cluster, _session_slot(cluster, session_id), request, "session_step")
 
 
-@agents.delete("/v1/sessions/{session_id}")
-async def close_session(session_id: str, request: Request, cluster: ClusterDep) -> Response:
+async def close_session(request: Request) -> Response:
+    cluster, session_id = get_cluster(request), request.path_params["session_id"]
     response = await forward(cluster, _session_slot(cluster, session_id), request, "session_close")
     if response.status_code in (200, 404):
         cluster.control.fleet.sessions.drop(session_id)
     return response
 
 
-@agents.post("/v1/chat/completions")
-async def chat(request: Request, cluster: ClusterDep) -> Response:
+async def chat(request: Request) -> Response:
+    cluster = get_cluster(request)
     session_id = request.headers.get("x-rollgym-session")
     if session_id is None:
         body = await request.body()
@@ -260,8 +266,8 @@ async def chat(request: Request, cluster: ClusterDep) -> Response:
     return await forward(cluster, cluster.control.fleet.pick(), request, "chat")
 
 
-@agents.post("/v1/completions")
-async def completions(request: Request, cluster: ClusterDep) -> Response:
+async def completions(request: Request) -> Response:
+    cluster = get_cluster(request)
     return await forward(cluster, cluster.control.fleet.pick(), request, "completions")
 
 
@@ -281,8 +287,8 @@ async def metrics(cluster: ClusterDep) -> Response:
     return Response(own + relabel(texts), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@agents.get("/dashboard")
-async def dashboard_page(request: Request, cluster: ClusterDep) -> Response:
+async def dashboard_page(request: Request) -> Response:
+    cluster = get_cluster(request)
     return await forward(cluster, cluster.control.fleet.pick(), request, "dashboard")
 
 
@@ -310,9 +316,16 @@ async def dashboard_data(
     return merge_dashboards(views, cluster.control.version)
 
 
-@agents.get("/dashboard/{name}", include_in_schema=False)
-async def dashboard_asset(name: str, request: Request, cluster: ClusterDep) -> Response:
-    return await forward(cluster, cluster.control.fleet.pick(), request, "dashboard")
+PASS_THROUGH = (
+    ("/v1/models", models, ["GET"]),
+    ("/v1/sessions", create_session, ["POST"]),
+    ("/v1/sessions/{session_id}/step", step_session, ["POST"]),
+    ("/v1/sessions/{session_id}", close_session, ["DELETE"]),
+    ("/v1/chat/completions", chat, ["POST"]),
+    ("/v1/completions", completions, ["POST"]),
+    ("/dashboard", dashboard_page, ["GET"]),
+    ("/dashboard/{name}", dashboard_page, ["GET"]),  # after /dashboard/data (FastAPI's)
+)
 
 
 # --- admin ------------------------------------------------------------------------------
