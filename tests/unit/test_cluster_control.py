@@ -61,6 +61,20 @@ async def test_an_update_reaches_every_server_from_one_staged_copy(tmp_path) -> 
         assert current is not None and current[1] == 1
 
 
+async def test_across_machines_each_server_is_sent_the_staged_file(tmp_path) -> None:
+    supervisor = FakeSupervisor(2)
+    async with plane(tmp_path, supervisor, weights_transport="http") as control:
+        await control.update(await staged(control, tmp_path), expected=0)
+        sent = [s.loaded for s in supervisor.servers]
+        assert sent[0] == sent[1] and sent[0][0].name == "w.safetensors"  # the file, uploaded
+        (tmp_path / "ckpt").mkdir()
+        for name in ("a.safetensors", "b.safetensors"):
+            (tmp_path / "ckpt" / name).write_bytes(b"x")
+        with pytest.raises(ServerAnswered, match="one safetensors file"):
+            await control.update(control.store.stage_path(tmp_path / "ckpt"), expected=1)
+        assert control.version == 1
+
+
 async def test_a_stale_expected_version_is_refused_before_any_server_is_touched(tmp_path) -> None:
     supervisor = FakeSupervisor(2)
     async with plane(tmp_path, supervisor) as control:
