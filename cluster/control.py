@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from rollgym.cluster.actor import Whereabouts
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.errors import ClusterError, FanoutFailed, ServerAnswered, ServerUnreachable
 from rollgym.cluster.fleet import Fleet, Slot, SlotState
@@ -104,27 +105,36 @@ class ControlPlane:
     async def _come_up(self, slot: Slot) -> None:
         """Find the slot's (new) process and wait until it answers; note its version."""
         try:
-            where = await self.supervisor.locate(slot.index, self.config.start_timeout_s)
-            if slot.pid is not None and where.pid != slot.pid:
-                slot.restarts += 1
-            slot.pid = where.pid
-            if slot.api is not None:
-                await slot.api.close()
-            slot.api = self.connect(where.url)
+            await self._follow(
+                slot, await self.supervisor.locate(slot.index, self.config.start_timeout_s)
+            )
             slot.version = await self._healthy(slot)
         except ClusterError as exc:
             self._fail(slot, str(exc))
 
+    async def _follow(self, slot: Slot, where: Whereabouts) -> None:
+        """Talk to the process ``where`` describes (a new one after each restart)."""
+        if slot.pid == where.pid and slot.api is not None:
+            return
+        if slot.pid is not None:
+            slot.restarts += 1
+        slot.pid = where.pid
+        if slot.api is not None:
+            await slot.api.close()
+        slot.api = self.connect(where.url)
+
     async def _healthy(self, slot: Slot) -> int:
-        assert slot.api is not None
+        """Wait until the slot's server answers; follow it if it restarts meanwhile."""
         deadline = time.monotonic() + self.config.start_timeout_s
         while True:
+            assert slot.api is not None
             try:
                 return (await slot.api.health()).policy_version
             except ClusterError:
                 where = await self.supervisor.locate(slot.index, 30.0)
                 if where.failed:
                     raise ServerUnreachable(f"the server failed to start: {where.failed}") from None
+                await self._follow(slot, where)
                 if time.monotonic() > deadline:
                     raise
             await asyncio.sleep(_HEALTHY_POLL_S)
@@ -136,7 +146,7 @@ class ControlPlane:
         try:
             steps = catch_up_steps(slot.version, self.version)
             if steps:
-                current = self.store.current()
+                current = await asyncio.to_thread(self.store.current)
                 if current is None or current[1] != self.version:
                     raise ClusterError(
                         f"it is at version {slot.version} and the cluster has no copy of "

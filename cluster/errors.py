@@ -3,6 +3,10 @@
 ::
 
     ClusterError                      500 server_error
+    ├── Unauthorized                  401 unauthorized: an admin route without a token
+    ├── Forbidden                     403 forbidden: the wrong token
+    ├── NoWeightFiles                 400 bad_weights: a weights path with no safetensors
+    ├── WeightsTooLarge               413 weights_too_large: an upload over the limit
     ├── NoServer                      503 no_server: nothing in rotation (all restarting)
     ├── ServerLost                    503 server_lost: the server holding a session died
     ├── UnknownSession (LookupError)  404 not_found: no server holds this session
@@ -28,6 +32,26 @@ class ClusterError(Exception):
 
     def body(self) -> ErrorBody:
         return ErrorBody(error=self.code, message=str(self))
+
+
+class Unauthorized(ClusterError):
+    status = 401
+    code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(ClusterError):
+    status = 403
+    code = ErrorCode.FORBIDDEN
+
+
+class NoWeightFiles(ClusterError):
+    status = 400
+    code = ErrorCode.BAD_WEIGHTS
+
+
+class WeightsTooLarge(ClusterError):
+    status = 413
+    code = ErrorCode.WEIGHTS_TOO_LARGE
 
 
 class NoServer(ClusterError):

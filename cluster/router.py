@@ -39,7 +39,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rollgym.cluster.aggregate import merge_dashboards, relabel
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.control import Connect, ControlPlane
-from rollgym.cluster.errors import ClusterError, ServerLost, ServerUnreachable, UnknownSession
+from rollgym.cluster.errors import (
+    ClusterError,
+    Forbidden,
+    ServerLost,
+    ServerUnreachable,
+    Unauthorized,
+    UnknownSession,
+)
 from rollgym.cluster.fleet import Slot
 from rollgym.cluster.metrics import RouterMetrics
 from rollgym.cluster.routing import Owner
@@ -128,21 +135,11 @@ def require_admin(
     cluster: ClusterDep, authorization: Annotated[str | None, Header()] = None
 ) -> None:
     if not authorization:
-        raise _Unauthorized("admin routes need the header 'Authorization: Bearer <token>'")
+        raise Unauthorized("admin routes need the header 'Authorization: Bearer <token>'")
     scheme, _, given = authorization.partition(" ")
     expected = cluster.config.admin_token.get_secret_value()
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise _Forbidden("the bearer token is not the admin token")
-
-
-class _Unauthorized(ClusterError):
-    status = 401
-    code = ErrorCode.UNAUTHORIZED
-
-
-class _Forbidden(ClusterError):
-    status = 403
-    code = ErrorCode.FORBIDDEN
+        raise Forbidden("the bearer token is not the admin token")
 
 
 agents = APIRouter()

@@ -26,21 +26,10 @@ from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollgym.cluster.errors import ClusterError
-from rollgym.contract.wire import ErrorCode
+from rollgym.cluster.errors import NoWeightFiles, WeightsTooLarge
 
 STATE = "state.json"
 _WRITE_CHUNK = 4 << 20
-
-
-class WeightsTooLarge(ClusterError):
-    status = 413
-    code = ErrorCode.WEIGHTS_TOO_LARGE
-
-
-class NoWeightFiles(ClusterError):
-    status = 400
-    code = ErrorCode.BAD_WEIGHTS
 
 
 class _State(BaseModel):
