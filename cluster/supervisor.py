@@ -6,8 +6,8 @@ is alive but broken, stop everything. ``RaySupervisor`` runs each server as a
 ``ServerHost`` actor with declared resources (CPUs, GPUs, memory) and ``max_restarts``:
 Ray places them and restarts them; rollgym schedules nothing itself. A local Ray cluster
 (no ``ray_address``) is started small (the servers' CPUs, an 80 MiB object store, no
-dashboard) and belongs to this process: ``stop`` shuts it down, and Ray's reaper ends it
-if this process is killed.
+dashboard) and belongs to this process: ``stop`` shuts it down (if this process is killed,
+Ray's reaper ends most of it; docs/cluster.md says what is left).
 """
 
 from __future__ import annotations

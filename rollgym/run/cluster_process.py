@@ -9,11 +9,16 @@ server, so whatever drives a ``ServerProcess`` drives this the same way::
             client.policy_version()
 
 Leaving the ``with`` block sends SIGTERM: the router stops every server and the local Ray
-cluster it started (Ray's reaper ends them too if the router is killed).
+cluster it started. If it has to be killed instead, its whole process group goes: Ray's
+reaper ends the GCS, the raylet and the servers with the router, but not Ray's two agent
+processes, which stay in the router's process group.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
 from rollgym.run.server_process import ServerProcess
@@ -61,3 +66,11 @@ class ClusterProcess(ServerProcess):
             "ROLLGYM_CLUSTER__SERVERS": str(self.servers),
             "ROLLGYM_CLUSTER__CPUS_PER_SERVER": str(self.cpus_per_server),
         }
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL for the router's whole process group (see above)."""
+        group = self.pid  # the child leads its own session, so its pid names its group
+        super().stop()
+        if group is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)  # anything of Ray that outlived the router
