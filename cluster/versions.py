@@ -13,9 +13,9 @@ An update at cluster version ``V`` goes to every server in rotation with
 
 A server that rejoins at version ``v < V`` is brought to ``V`` by ``catch_up_steps``
 applications of the current weights (the server's version moves by one per update; its
-weights are the current ones after the first). A server restored from its own volume is at
-``V`` or ``V - 1``, so this is zero or one step; only a server whose volume was lost needs
-more.
+weights are the current ones after the first). A server that restores its last applied
+version from its volume is at ``V`` or ``V - 1``: zero or one step. One that comes back at
+version 0 on its configured model needs ``V``.
 """
 
 from __future__ import annotations
