@@ -94,6 +94,7 @@ class FakeServer:
         self.calls: list[str] = []
         self.loaded: list[Path] = []
         self.nccl_rank: int | None = None
+        self.crash_on_health = False  # dies at its first health check (a crash at start-up)
 
     def _alive(self, what: str) -> None:
         self.calls.append(what)
@@ -101,6 +102,8 @@ class FakeServer:
             raise ServerUnreachable(f"{self.url} is dead")
 
     async def health(self) -> Health:
+        if self.crash_on_health:
+            self.dead = True
         self._alive("health")
         return Health(policy_version=self.box.version)
 

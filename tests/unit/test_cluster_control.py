@@ -49,6 +49,15 @@ async def test_servers_join_the_rotation_at_one_version(tmp_path) -> None:
         assert control.version == 0
 
 
+async def test_a_server_that_crashes_while_starting_is_followed_to_its_restart(tmp_path) -> None:
+    supervisor = FakeSupervisor(2)
+    supervisor.servers[1].crash_on_health = True
+    async with plane(tmp_path, supervisor) as control:
+        slot = control.fleet.slots[1]
+        assert slot.state is SlotState.SERVING and slot.restarts == 1
+        assert slot.api is supervisor.servers[1] and not supervisor.servers[1].dead
+
+
 async def test_an_update_reaches_every_server_from_one_staged_copy(tmp_path) -> None:
     supervisor = FakeSupervisor(2)
     async with plane(tmp_path, supervisor) as control:
