@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rollgym.cluster.commands import add_cluster_commands
 from rollgym.contract import paths
 from rollgym.models.commands import add_model_commands
 
@@ -39,6 +40,8 @@ def _run(args: argparse.Namespace) -> int:
         values["eval_episodes"] = args.eval_episodes
     if args.server:
         values["server_url"] = args.server
+    if args.servers is not None:
+        values["servers"] = args.servers
     trainer = {"total_steps": args.steps, "max_staleness": args.max_staleness}
     if trainer := {k: v for k, v in trainer.items() if v is not None}:
         base = parse_config(RunConfig, **values).trainer.model_dump()
@@ -94,6 +97,9 @@ def _add_training_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--server", help="train against this running server (token: $ROLLGYM_ADMIN_TOKEN)"
     )
+    run.add_argument(
+        "--servers", type=int, help="rollout servers (default 1; more: a Ray cluster and router)"
+    )
     run.add_argument("--restart", action="store_true", help="delete the run dir and start over")
     run.set_defaults(handler=_run)
 
@@ -127,6 +133,7 @@ def _build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the rollout server (vLLM, buffer, runner)")
     add_arguments(serve)
     serve.set_defaults(handler=_serve)
+    add_cluster_commands(commands)
     _add_training_commands(commands)
     return parser
 

@@ -55,6 +55,8 @@ class ErrorCode(StrEnum):
     NOT_ENABLED = "not_enabled"
     ENGINE_FAILURE = "engine_failure"
     TOKEN_PREFIX = "token_prefix"
+    SERVER_LOST = "server_lost"  # a cluster's server died: the session or call it held is gone
+    NO_SERVER = "no_server"  # a cluster has no server in rotation right now
 
 
 class ErrorBody(BaseModel):

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym.contract import paths
 from rollgym.contract.wire import RolloutJob, SamplingSettings
+from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
 from rollgym.run.warmstart import WarmStartConfig, warm_start
@@ -94,6 +95,9 @@ class RunConfig(BaseModel):
         None, description="use this running server (token: $ROLLGYM_ADMIN_TOKEN), else start one"
     )
     server_wait_s: float = Field(600.0, gt=0, description="how long to wait for --server")
+    servers: int = Field(
+        1, ge=1, description="rollout servers: more than one runs a cluster (Ray + router)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -108,6 +112,8 @@ class RunConfig(BaseModel):
             raise ValueError(f"warmstart range {demo_range} differs from the task's {task_range}")
         if self.task.max_turns != self.warmstart.max_turns:
             raise ValueError("warmstart.max_turns must equal task.max_turns (same game)")
+        if self.server_url is not None and self.servers > 1:
+            raise ValueError("give servers > 1 (start a cluster) or server_url (use one), not both")
         return self
 
     @property
@@ -203,6 +209,17 @@ def _rollout_server(
         with ServerClient(client_config) as client:
             client.wait_until_ready(config.server_wait_s)
         yield client_config
+        return
+    if config.servers > 1:
+        printer(f"[2/5] starting {config.servers} rollout servers on Ray behind a router")
+        with ClusterProcess(
+            servers=config.servers,
+            model_dir=warm_dir,
+            data_dir=config.run_dir / "cluster",
+            log_path=config.run_dir / "cluster.log",
+            threads=config.threads.server,
+        ) as cluster:
+            yield cluster.client_config()
         return
     printer("[2/5] starting the rollout server (vLLM engine) on loopback")
     with ServerProcess(

@@ -44,6 +44,8 @@ def free_port() -> int:
 class ServerProcess:
     """A ``rollgym serve`` child process; a context manager (see the module docstring)."""
 
+    command: tuple[str, ...] = ("serve",)
+
     def __init__(
         self,
         *,
@@ -102,23 +104,33 @@ class ServerProcess:
         env = {
             **os.environ,
             **ENGINE_ENV,
-            "ROLLGYM_HOST": "127.0.0.1",
-            "ROLLGYM_PORT": str(self.port),
+            **self._location(),
             "ROLLGYM_ADMIN_TOKEN": self.admin_token,
-            "ROLLGYM_DATA_DIR": str(self.data_dir),
             "ROLLGYM_ENGINE__MODEL_DIR": str(self.model_dir),
             **({"OMP_NUM_THREADS": str(self.threads)} if self.threads else {}),
             **self.settings,
         }
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "rollgym.cli", "serve"],
+                [sys.executable, "-m", "rollgym.cli", *self.command],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches us, not it
             )
         self._wait_ready()
+
+    def _location(self) -> dict[str, str]:
+        """The variables that say where the child listens and keeps its data."""
+        return {
+            "ROLLGYM_HOST": "127.0.0.1",
+            "ROLLGYM_PORT": str(self.port),
+            "ROLLGYM_DATA_DIR": str(self.data_dir),
+        }
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s

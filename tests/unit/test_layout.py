@@ -7,6 +7,7 @@ Layers, bottom to top (a package may import its own layer and the layers below i
     rollgym.envs                     Gymnasium environments
     rollgym.server                   the rollout server
     rollgym.trainer                  the trainer library: contract only (it talks HTTP)
+    rollgym.cluster                  servers on Ray behind a router: above the server
     rollgym.run, rollgym.cli, ...    the applications on top
 
 Every import counts, including those inside functions (lazy imports are still arrows).
@@ -31,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "envs": {"contract", "sandboxes"},
     "server": {"contract", "sandboxes", "envs"},
     "trainer": {"contract"},
+    "cluster": {"contract", "sandboxes", "envs", "server"},
 }
 
 
@@ -133,7 +135,7 @@ def test_no_import_cycle_between_modules() -> None:
             visit(node, [])
 
 
-@pytest.mark.parametrize("top", ["sandboxes", "envs", "server", "trainer"])
+@pytest.mark.parametrize("top", ["sandboxes", "envs", "server", "trainer", "cluster"])
 def test_packages_import_only_under_the_rollgym_namespace(tmp_path, top: str) -> None:
     """Outside the repository, ``import server`` fails and ``import rollgym.server`` works."""
     code = (

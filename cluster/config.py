@@ -1,0 +1,77 @@
+"""``ClusterConfig``: what ``rollgym cluster up`` runs, validated once.
+
+Servers are configured like one ``rollgym serve``: every ``ROLLGYM_*`` variable of the
+``cluster up`` process reaches each server (engine, buffer, sandboxes...), except the few
+the cluster sets per server: its host, its port (any free one) and its data dir
+(``<data_dir>/server-<i>``, reopened by a restart). The router takes ``host``/``port``.
+
+    ROLLGYM_CLUSTER__SERVERS=2  ROLLGYM_CLUSTER__RAY_ADDRESS=ray://head:10001
+    ROLLGYM_CLUSTER__CPUS_PER_SERVER=1  ROLLGYM_CLUSTER__MAX_RESTARTS=3
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rollgym.contract import paths
+
+
+class ClusterConfig(BaseSettings):
+    """See the module docstring; flags override ``ROLLGYM_CLUSTER__*`` over defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLGYM_CLUSTER__", extra="forbid", frozen=True, validate_default=True
+    )
+
+    servers: int = Field(2, ge=1, le=256, description="rollout servers, one engine each")
+    ray_address: str | None = Field(
+        None, description="an existing Ray cluster (ray.init address); default: start a local one"
+    )
+    host: str = Field("127.0.0.1", description="the router's bind address")
+    port: int = Field(8000, ge=0, le=65535, description="the router's port (0: any)")
+    admin_token: SecretStr = Field(
+        description="the router's and the servers' (``cluster up`` reads ROLLGYM_ADMIN_TOKEN)"
+    )
+    data_dir: Path = Field(
+        default_factory=lambda: paths.data_home() / "cluster",
+        description="server-<i>/ (each server's buffer, reopened on restart) and weights/",
+    )
+    server_host: str | None = Field(
+        None, description="where servers listen; default 127.0.0.1 locally, the node's IP on Ray"
+    )
+    cpus_per_server: float = Field(1.0, gt=0, description="Ray resource: CPUs per server")
+    gpus_per_server: float = Field(0.0, ge=0, description="Ray resource: GPUs per server")
+    memory_per_server_gib: float = Field(3.0, gt=0, description="Ray resource: memory")
+    max_restarts: int = Field(3, ge=0, description="Ray restarts a dead server this often")
+    local_cpus: int | None = Field(
+        None, ge=1, description="CPUs of a local Ray cluster (default: what the servers need)"
+    )
+    object_store_mib: int = Field(
+        80, ge=75, description="a local Ray cluster's object store (rollgym puts nothing there)"
+    )
+    weights_transport: Literal["shared_file", "http"] = Field(
+        "shared_file",
+        description="shared_file: every server loads one staged file (one box or a shared "
+        "volume); http: the router uploads the file to each server",
+    )
+    health_interval_s: float = Field(1.0, gt=0, description="how often servers are checked")
+    start_timeout_s: float = Field(900.0, gt=0, description="a server's start, restart included")
+    request_timeout_s: float = Field(600.0, gt=0, description="a call forwarded to a server")
+
+    @field_validator("admin_token")
+    @classmethod
+    def _strong_token(cls, token: SecretStr) -> SecretStr:
+        if len(token.get_secret_value()) < 16:
+            raise ValueError("admin_token must be at least 16 characters (ROLLGYM_ADMIN_TOKEN)")
+        return token
+
+    def server_dir(self, slot: int) -> Path:
+        return self.data_dir / f"server-{slot}"
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.data_dir / "weights"

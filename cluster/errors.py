@@ -1,0 +1,98 @@
+"""The cluster's errors: one root, each with the HTTP status and code the router answers.
+
+::
+
+    ClusterError                      500 server_error
+    ├── Unauthorized                  401 unauthorized: an admin route without a token
+    ├── Forbidden                     403 forbidden: the wrong token
+    ├── NoWeightFiles                 400 bad_weights: a weights path with no safetensors
+    ├── WeightsTooLarge               413 weights_too_large: an upload over the limit
+    ├── NoServer                      503 no_server: nothing in rotation (all restarting)
+    ├── ServerLost                    503 server_lost: the server holding a session died
+    ├── UnknownSession (LookupError)  404 not_found: no server holds this session
+    ├── ServerUnreachable             503 server_lost: a server did not answer at all
+    ├── ServerAnswered                the server's own error answer, passed on as it came
+    ├── FanoutFailed                  503 server_error: no server applied a weight update
+    └── ClusterStartError             ``cluster up`` could not start (no HTTP status)
+
+The router turns each into ``rollgym.contract.wire.ErrorBody``; nothing of Ray or aiohttp
+reaches a client.
+"""
+
+from __future__ import annotations
+
+from rollgym.contract.wire import ErrorBody, ErrorCode
+
+
+class ClusterError(Exception):
+    """Root of the cluster's errors (see the module docstring)."""
+
+    status = 500
+    code: str = ErrorCode.SERVER_ERROR
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(error=self.code, message=str(self))
+
+
+class Unauthorized(ClusterError):
+    status = 401
+    code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(ClusterError):
+    status = 403
+    code = ErrorCode.FORBIDDEN
+
+
+class NoWeightFiles(ClusterError):
+    status = 400
+    code = ErrorCode.BAD_WEIGHTS
+
+
+class WeightsTooLarge(ClusterError):
+    status = 413
+    code = ErrorCode.WEIGHTS_TOO_LARGE
+
+
+class NoServer(ClusterError):
+    status = 503
+    code = ErrorCode.NO_SERVER
+
+
+class ServerLost(ClusterError):
+    status = 503
+    code = ErrorCode.SERVER_LOST
+
+
+class UnknownSession(ClusterError, LookupError):
+    status = 404
+    code = ErrorCode.NOT_FOUND
+
+
+class ServerUnreachable(ClusterError, ConnectionError):
+    status = 503
+    code = ErrorCode.SERVER_LOST
+
+
+class ServerAnswered(ClusterError):
+    """A server answered with an error: its status and body are passed on unchanged."""
+
+    def __init__(self, status: int, error: ErrorBody):
+        super().__init__(error.message)
+        self.status = status
+        self.error = error
+
+    @property
+    def code(self) -> str:  # type: ignore[override]  # per instance, from the answer
+        return self.error.error
+
+    def body(self) -> ErrorBody:
+        return self.error
+
+
+class FanoutFailed(ClusterError):
+    status = 503
+
+
+class ClusterStartError(ClusterError):
+    pass

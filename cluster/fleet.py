@@ -1,0 +1,78 @@
+"""The servers as the router sees them: each slot's state, load and sessions, and the pick.
+
+A slot is one server position (``s0``, ``s1``...): Ray may replace its process, the slot
+stays. Only a ``serving`` slot is *in rotation* (gets new work and its calls)::
+
+    starting --healthy, caught up--> serving --fails a check or an update--> recovering
+                                        ^                                        |
+                                        +------ restarted, re-synced, caught up -+
+    recovering --Ray gave up (max_restarts) or it cannot catch up--> failed
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+
+from rollgym.cluster.errors import NoServer
+from rollgym.cluster.routing import SessionTable, least_loaded
+from rollgym.cluster.servers import ServerAPI
+
+
+class SlotState(enum.StrEnum):
+    STARTING = "starting"
+    SERVING = "serving"
+    RECOVERING = "recovering"
+    FAILED = "failed"
+
+
+@dataclasses.dataclass
+class Slot:
+    index: int
+    api: ServerAPI | None = None
+    state: SlotState = SlotState.STARTING
+    pid: int | None = None
+    version: int | None = None
+    restarts: int = 0
+    reason: str | None = None  # why it is not serving
+    in_flight: int = 0  # calls the router forwarded and that have not answered yet
+    episodes: int = 0  # its rollout job's episodes in flight (last check)
+    pending_acks: set[str] = dataclasses.field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        return f"s{self.index}"
+
+    @property
+    def serving(self) -> bool:
+        return self.state is SlotState.SERVING and self.api is not None
+
+
+class Fleet:
+    """The slots, the session table, and the least-loaded pick over the rotation."""
+
+    def __init__(self, size: int):
+        self.slots = [Slot(i) for i in range(size)]
+        self.sessions = SessionTable()
+        self._turns = itertools.count()
+
+    def by_name(self, name: str) -> Slot:
+        index = int(name.removeprefix("s"))
+        return self.slots[index]
+
+    def rotation(self) -> list[Slot]:
+        return [s for s in self.slots if s.serving]
+
+    def load(self, slot: Slot) -> int:
+        return self.sessions.open_on(slot.name) + slot.in_flight + slot.episodes
+
+    def pick(self) -> Slot:
+        """The least-loaded slot in rotation (ties take turns); ``NoServer`` if none."""
+        loads = {s.name: self.load(s) for s in self.rotation()}
+        name = least_loaded(loads, next(self._turns))
+        if name is None:
+            raise NoServer(
+                "no server is in rotation (all are starting or restarting): retry shortly"
+            )
+        return self.by_name(name)

@@ -1,0 +1,46 @@
+"""``GET /admin/cluster``: the cluster as ``rollgym cluster status`` prints it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ServerStatus(BaseModel):
+    name: str
+    state: str = Field(description="starting, serving, recovering or failed")
+    url: str | None
+    pid: int | None
+    policy_version: int | None
+    restarts: int
+    sessions: int = Field(description="open sessions it holds")
+    in_flight: int = Field(description="calls the router forwarded that have not answered")
+    episodes: int = Field(description="its rollout job's episodes in flight, last check")
+    share: int = Field(description="its share of the job's groups per batch")
+    reason: str | None = Field(None, description="why it is not serving")
+
+
+class ClusterStatus(BaseModel):
+    policy_version: int
+    updating: bool
+    servers: list[ServerStatus]
+    weights_transport: str
+
+    def table(self) -> str:
+        """A fixed-width table for the terminal."""
+        head = f"{'server':<7}{'state':<12}{'version':>8}{'restarts':>9}{'sessions':>9}"
+        head += f"{'episodes':>9}{'share':>6}  url / reason"
+        rows = [
+            f"{s.name:<7}{s.state:<12}{_num(s.policy_version):>8}{s.restarts:>9}{s.sessions:>9}"
+            f"{s.episodes:>9}{s.share:>6}  {s.reason or s.url or ''}"
+            for s in self.servers
+        ]
+        serving = sum(s.state == "serving" for s in self.servers)
+        title = (
+            f"policy version {self.policy_version}{' (updating)' if self.updating else ''}; "
+            f"{serving}/{len(self.servers)} servers serving; weights by {self.weights_transport}"
+        )
+        return "\n".join([title, head, *rows])
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
