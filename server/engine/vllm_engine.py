@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import EngineConfig, InFlightPolicy
+from rollgym.server.engine.worker_ext import RollgymWorkerExtension
 from rollgym.server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
 from rollgym.server.policy import FinishReason, Generation
 from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
 logger = logging.getLogger(__name__)
-WORKER_EXTENSION = "server.engine.worker_ext.RollgymWorkerExtension"
+# vLLM imports the worker extension by name, in the engine core process.
+WORKER_EXTENSION = f"{RollgymWorkerExtension.__module__}.{RollgymWorkerExtension.__qualname__}"
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length"}
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,20 @@ def test_no_import_cycle_between_modules() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
+
+
+def test_no_string_names_a_module_outside_the_namespace() -> None:
+    """Modules named in strings (vLLM's worker extension, entry points, ``-m`` targets)
+    must be ``rollgym.*``: from the repository root a top-level name would still import,
+    and fail only where rollgym is installed."""
+    bare = re.compile(r"^(sandboxes|envs|server|trainer|cluster)(\.[A-Za-z_]\w*)+(:\w+)?$")
+    found = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and bare.match(text) and not text.endswith((".log", ".json")):
+                found.append(f"{name}: {text!r}")
+    assert found == []
 
 
 @pytest.mark.parametrize("top", ["sandboxes", "envs", "server", "trainer", "cluster"])
