@@ -105,7 +105,7 @@ def load_tasks(model: type[TaskT], path: str | Path) -> tuple[TaskT, ...]:
 
 def shipped_tasks(model: type[TaskT], name: str) -> tuple[TaskT, ...]:
     """The task set shipped as ``envs/tasks/<name>.jsonl``."""
-    with resources.as_file(resources.files("envs") / "tasks" / f"{name}.jsonl") as path:
+    with resources.as_file(resources.files("rollgym.envs") / "tasks" / f"{name}.jsonl") as path:
         return load_tasks(model, path)
 
 

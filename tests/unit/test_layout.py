@@ -147,7 +147,22 @@ def test_no_string_names_a_module_outside_the_namespace() -> None:
             text = node.value if isinstance(node, ast.Constant) else None
             if isinstance(text, str) and bare.match(text) and not text.endswith((".log", ".json")):
                 found.append(f"{name}: {text!r}")
+            found += [f"{name}: {arg!r}" for arg in _packages_named_in_calls(node)]
     assert found == []
+
+
+def _packages_named_in_calls(node: ast.AST) -> list[str]:
+    """Package names given to ``resources.files("...")`` or ``import_module("...")``
+    that are not under ``rollgym``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)):
+        return []
+    called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+    if called not in ("files", "import_module") or not node.args:
+        return []
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [] if arg.value.split(".")[0] == "rollgym" else [arg.value]
+    return []
 
 
 @pytest.mark.parametrize("top", ["sandboxes", "envs", "server", "trainer", "cluster"])
