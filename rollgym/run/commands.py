@@ -1,0 +1,129 @@
+"""``rollgym run`` (the built-in run, or a preset) and ``rollgym train`` (GRPO against a
+running server).
+
+    rollgym run                      the default: warm start, server, GRPO, eval, report
+    rollgym run --preset smollm2     the same on SmolLM2-135M-Instruct (no warm start)
+    rollgym run --config my.json     any RunConfig fields, over the preset
+    rollgym train --server URL --model DIR --output-dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rollgym.contract import paths
+from rollgym.run.presets import PRESETS
+
+
+def add_training_commands(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser(
+        "run", help="the main job: a real RL run on the default model (resumable)"
+    )
+    run.add_argument(
+        "--preset", choices=sorted(PRESETS), default="default", help="a named starting config"
+    )
+    run.add_argument(
+        "--config", help="JSON file of rollgym.run.pipeline.RunConfig fields (over the preset)"
+    )
+    run.add_argument(
+        "--run-dir", help=f"outputs and checkpoints (default {paths.runs_dir()}/<preset>)"
+    )
+    run.add_argument("--steps", type=int, help="GRPO optimizer steps (default: the preset's)")
+    run.add_argument(
+        "--max-staleness", type=int, help="0: synchronous; >= 1: asynchronous (default 1)"
+    )
+    run.add_argument("--eval-episodes", type=int, help="held-out episodes per policy (0: skip)")
+    run.add_argument(
+        "--server", help="train against this running server (token: $ROLLGYM_ADMIN_TOKEN)"
+    )
+    run.add_argument(
+        "--servers", type=int, help="rollout servers (default 1; more: a Ray cluster and router)"
+    )
+    run.add_argument("--restart", action="store_true", help="delete the run dir and start over")
+    run.set_defaults(handler=_run)
+
+    train = commands.add_parser("train", help="GRPO against a running rollout server")
+    train.add_argument("--server", required=True, help="the server's base URL")
+    train.add_argument("--model", required=True, help="model directory to start from")
+    train.add_argument("--output-dir", required=True, help="checkpoints and step log")
+    train.add_argument("--token", help="admin token (default: $ROLLGYM_ADMIN_TOKEN)")
+    train.add_argument("--config", help="JSON file of trainer.config.TrainerConfig fields")
+    train.add_argument("--total-steps", type=int)
+    train.add_argument("--max-staleness", type=int)
+    train.add_argument("--group-size", type=int)
+    train.add_argument("--groups-per-batch", type=int)
+    train.set_defaults(handler=_train)
+
+
+def run_config_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The layers of ``rollgym run``'s config, merged (see ``rollgym.run.presets``)."""
+    import json
+
+    from rollgym.run.pipeline import RunConfig
+    from rollgym.run.presets import merged
+
+    defaults = json.loads(RunConfig().model_dump_json())
+    from_file = json.loads(Path(args.config).read_text()) if args.config else {}
+    flags: dict[str, Any] = {
+        "run_dir": args.run_dir,
+        "eval_episodes": args.eval_episodes,
+        "server_url": args.server,
+        "servers": args.servers,
+        "trainer": {"total_steps": args.steps, "max_staleness": args.max_staleness},
+    }
+    flags["trainer"] = {k: v for k, v in flags["trainer"].items() if v is not None}
+    flags = {k: v for k, v in flags.items() if v is not None and v != {}}
+    return merged(defaults, PRESETS[args.preset](), from_file, flags)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The built-in default: warm start, server, GRPO, evaluation, report (resumable)."""
+    import shutil
+    import warnings
+
+    # TRL warns at import that it was tested with older vLLM versions; the trainer never
+    # uses TRL's vLLM integration (see trainer/grpo.py).
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM", category=UserWarning)
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    from rollgym.run.pipeline import RunConfig, run_default
+    from rollgym.trainer.config import parse_config
+
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    config = parse_config(RunConfig, **run_config_values(args))
+    if args.restart:
+        shutil.rmtree(config.run_dir, ignore_errors=True)
+    try:
+        report = run_default(config)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run the same command again to resume from {config.run_dir}")
+        return 130
+    print(f"done in {report.wall_s / 60:.1f} min: {report.report_png}, {report.summary_json}")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    """GRPO against a rollout server that is already running (its job, or one we start)."""
+    import json
+    import os
+
+    from rollgym.trainer.client import ServerClient
+    from rollgym.trainer.config import ClientConfig, TrainerConfig, parse_config
+    from rollgym.trainer.loop import train
+
+    values = json.loads(Path(args.config).read_text()) if args.config else {}
+    values["output_dir"] = args.output_dir
+    for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    config = parse_config(TrainerConfig, **values)
+    token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
+    client_config = parse_config(ClientConfig, url=args.server, admin_token=token)
+    with ServerClient(client_config) as client:
+        result = train(config, client, Path(args.model))
+    print(f"trained {result.steps} steps; the server is at policy version {result.policy_version}")
+    return 0
