@@ -104,7 +104,9 @@ class DashboardData(BaseModel):
     policy_version: int
     trainer_version: int | None
     trainer_step: int | None
-    totals: dict[str, float] = Field(description="trajectories, dropped by reason, invalid")
+    totals: dict[str, float] = Field(
+        description="trajectories, dropped by reason, invalid, truncated_by_context"
+    )
     stages: Stages
     series: Series
     latency: dict[str, Percentiles] = Field(description="since start: model, environment...")

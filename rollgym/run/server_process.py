@@ -122,7 +122,9 @@ class ServerProcess:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        with ServerClient(self.client_config(request_timeout_s=5.0)) as client:
+        with ServerClient(
+            self.client_config(request_timeout_s=5.0, reconnect_timeout_s=0)
+        ) as client:
             while True:
                 if self._process is not None and self._process.poll() is not None:
                     raise ServerUnavailable(

@@ -27,6 +27,7 @@ from rollgym.server.weights.safetensors_check import (
     read_manifest,
     stage,
 )
+from rollgym.server.weights.store import PolicyStore
 from rollgym.server.weights.updater import WeightUpdater
 
 
@@ -43,7 +44,8 @@ async def chunks(data: bytes, size: int = 7) -> AsyncIterator[bytes]:
 
 def updater(engine: FakeEngine, tmp_path, **kwargs) -> WeightUpdater:
     kwargs.setdefault("max_bytes", 1 << 20)
-    return WeightUpdater(engine, tmp_path / "staging", metrics=ServerMetrics(), **kwargs)
+    store = PolicyStore(tmp_path / "policy")
+    return WeightUpdater(engine, tmp_path / "staging", store, metrics=ServerMetrics(), **kwargs)
 
 
 def test_header_gives_names_dtypes_and_shapes(tmp_path) -> None:
@@ -118,8 +120,11 @@ async def test_an_upload_swaps_and_bumps_the_version(tmp_path) -> None:
     assert len(engine.swapped) == 1
     second = await weights.from_stream(chunks(safetensors_bytes()), expected_version=None)
     assert second.policy_version == 2
-    # the last good upload stays on disk (the engine's fallback), older ones are removed
-    assert list((tmp_path / "staging").iterdir()) == [engine.swapped[-1].files[0]]
+    # the last applied upload is kept with its version (the engine's fallback, and what a
+    # restart serves); older ones and the staging area are cleared
+    assert PolicyStore(tmp_path / "policy").load() == ([engine.swapped[-1].files[0]], 2)
+    assert len(list((tmp_path / "policy").iterdir())) == 2  # state.json and one folder
+    assert list((tmp_path / "staging").iterdir()) == []
 
 
 @pytest.mark.parametrize(
