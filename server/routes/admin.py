@@ -20,6 +20,7 @@ from rollgym.contract.wire import (
     WeightsFromPath,
     WeightUpdateResult,
 )
+from rollgym.server.env_access import check_request
 from rollgym.server.errors import BadRequest
 from rollgym.server.routes.deps import ServicesDep, require_admin
 from rollgym.server.weights.base import NcclWeights
@@ -67,6 +68,7 @@ async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateRe
 
 @router.post("/rollouts")
 async def start_rollouts(body: RolloutJob, services: ServicesDep) -> RolloutStatus:
+    check_request(services.settings.env_access, body.env_id, body.env_kwargs, lane="admin")
     return await services.runner.start(body)
 
 

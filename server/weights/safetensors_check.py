@@ -34,11 +34,10 @@ _SHOWN = 5  # problems named per kind in an error message
 def read_header(path: Path) -> tuple[dict[str, TensorSpec], int]:
     """The tensors of one safetensors file and its data size; raises ``BadWeights``."""
     size = path.stat().st_size
+    if size < 8:  # checked before opening: a /proc file (size 0) may block its reader
+        raise TruncatedWeights(f"{path.name}: {size} bytes, not even a header length")
     with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise TruncatedWeights(f"{path.name}: {size} bytes, not even a header length")
-        (length,) = struct.unpack("<Q", head)
+        (length,) = struct.unpack("<Q", f.read(8))
         if length > MAX_HEADER_BYTES:
             raise BadWeights(f"{path.name}: header length {length} is not safetensors")
         raw = f.read(length)

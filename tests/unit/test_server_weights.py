@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from safetensors.torch import save
 from server_fakes import safetensors_bytes
 
+from rollgym.server.config import WeightCheckConfig
 from rollgym.server.engine.fake import FAKE_MANIFEST, FakeEngine
 from rollgym.server.errors import (
     BadWeights,
@@ -20,7 +22,7 @@ from rollgym.server.errors import (
     WeightsTooLarge,
 )
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.weights.base import NcclWeights, TensorSpec
+from rollgym.server.weights.base import NcclWeights, StagedWeights, TensorSpec
 from rollgym.server.weights.safetensors_check import (
     check_announced,
     read_header,
@@ -186,3 +188,34 @@ async def test_weights_from_a_path(tmp_path) -> None:
     assert (await weights.from_path(checkpoint, expected_version=0)).policy_version == 1
     with pytest.raises(NotFound):
         await weights.from_path(tmp_path / "nowhere", expected_version=None)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+async def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, value) -> None:
+    engine = FakeEngine(lambda p: [])
+    tensor = torch.ones(8, 4)
+    tensor[3, 1] = value
+    data = save({"model.embed_tokens.weight": tensor})
+    with pytest.raises(BadWeights, match=r"model\.embed_tokens\.weight holds 1 non-finite"):
+        await updater(engine, tmp_path).from_stream(chunks(data), expected_version=None)
+    assert engine.swapped == [] and engine.policy_version == 0
+
+
+async def test_a_norm_jump_past_the_factor_is_refused(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    served = write(tmp_path, save({"model.embed_tokens.weight": torch.ones(8, 4)}), "served.st")
+    weights = updater(
+        engine,
+        tmp_path,
+        checks=WeightCheckConfig(max_norm_ratio=2.0),
+        served=StagedWeights((served,), nbytes=0),
+    )
+    scaled = lambda k: save({"model.embed_tokens.weight": k * torch.ones(8, 4)})  # noqa: E731
+    with pytest.raises(BadWeights, match="factor 2 allowed"):
+        await weights.from_stream(chunks(scaled(10.0)), expected_version=None)
+    assert (
+        await weights.from_stream(chunks(scaled(1.5)), expected_version=None)
+    ).policy_version == 1
+    # the reference moved with the update: 1.5 -> 0.5 is a factor 3
+    with pytest.raises(BadWeights, match="norm moves"):
+        await weights.from_stream(chunks(scaled(0.5)), expected_version=None)
