@@ -100,9 +100,7 @@ async def _services(
     async with contextlib.AsyncExitStack() as stack:
         await engine.start()
         stack.push_async_callback(engine.close)
-        store = PolicyStore(settings.policy_dir)
-        aliases = engine.tied_aliases()
-        served = await restore_policy(engine, store, settings.staging_dir, aliases)
+        weights = await _weight_updater(settings, engine, metrics)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
         buffer = await stack.enter_async_context(
             ObservedBuffer(settings.buffer_path, settings.buffer, recorder=recorder)
@@ -130,16 +128,6 @@ async def _services(
         stack.push_async_callback(sessions.close_all)
         for task in (sessions.run_sweeper(), watch_loop(metrics)):
             stack.push_async_callback(_cancel, asyncio.create_task(task))
-        weights = WeightUpdater(
-            engine,
-            settings.staging_dir,
-            store,
-            max_bytes=settings.max_weight_bytes,
-            metrics=metrics,
-            checks=settings.weights,
-            aliases=aliases,
-            served=served or _base_weights(settings.engine),
-        )
         metrics.policy_version.set(engine.policy_version)
         reader = functools.partial(_reading, metrics, engine, buffer)
         dashboard_sampler = asyncio.create_task(sample(recorder, reader))
@@ -160,9 +148,24 @@ async def _services(
         )
 
 
-def _base_weights(config: EngineConfig) -> StagedWeights:
-    """The configured model's own files: what the engine serves before any update."""
-    return StagedWeights(tuple(checkpoint_files(config.model_dir)), nbytes=0)
+async def _weight_updater(
+    settings: ServerSettings, engine: ServingEngine, metrics: ServerMetrics
+) -> WeightUpdater:
+    """The updater, once the engine serves the last applied weights at their version."""
+    store = PolicyStore(settings.policy_dir)
+    aliases = engine.tied_aliases()
+    served = await restore_policy(engine, store, settings.staging_dir, aliases)
+    base = StagedWeights(tuple(checkpoint_files(settings.engine.model_dir)), nbytes=0)
+    return WeightUpdater(
+        engine,
+        settings.staging_dir,
+        store,
+        max_bytes=settings.max_weight_bytes,
+        metrics=metrics,
+        checks=settings.weights,
+        aliases=aliases,
+        served=served or base,
+    )
 
 
 def _reading(

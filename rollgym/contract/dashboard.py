@@ -17,9 +17,10 @@ STAGE_NAMES = ("sampling", "environment", "buffer", "training")
 
 
 class TrainerReport(BaseModel):
-    """One optimizer step, as the trainer saw it (times are Unix seconds)."""
+    """One optimizer step, as the trainer saw it (times are Unix seconds; every number
+    finite: the dashboard's answer must always encode)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     step: int = Field(ge=0)
     at: float = Field(description="when the step closed")

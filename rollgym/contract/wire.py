@@ -39,6 +39,7 @@ MAX_TOKENS = 1 << 20  # per model turn; the server also checks its own max_model
 MAX_KWARGS = 32
 MAX_KWARG_CHARS = 4096
 MAX_KWARG_ITEMS = 1024
+MAX_VERSION = 2**62  # policy versions and staleness stay well inside SQLite's 64-bit integers
 
 
 def _valid_unicode(text: str) -> str:
@@ -215,8 +216,8 @@ class PullRequest(_Input):
     Pulled groups are leased to ``lease_id`` until acknowledged.
     """
 
-    trainer_version: int = Field(ge=0)
-    max_staleness: int = Field(ge=0)
+    trainer_version: int = Field(ge=0, le=MAX_VERSION)
+    max_staleness: int = Field(ge=0, le=MAX_VERSION)
     num_groups: int = Field(gt=0, le=4096)
     timeout_s: float = Field(30.0, ge=0, le=600)
 
@@ -238,7 +239,7 @@ class AckRequest(_Input):
 
 
 class SamplingSettings(_Input):
-    temperature: float = Field(1.0, ge=0, le=100)
+    temperature: float = Field(1.0, ge=0, le=2, description="vLLM and OpenAI take 0 to 2")
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="per model turn")
 

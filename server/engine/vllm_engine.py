@@ -188,9 +188,11 @@ class VLLMEngine:
                 f"the prompt has {len(prompt_ids)} tokens; it must have 1 to "
                 f"{self.config.max_model_len - 1} (max_model_len {self.config.max_model_len})"
             )
+        from vllm.exceptions import VLLMClientError
+
         try:
             params = _sampling_params(sampling, min(sampling.max_tokens, room), stop_token_ids)
-        except ValueError as exc:  # vLLM's own checks of the values
+        except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
             raise BadRequest(f"the engine refused the sampling settings: {exc}") from exc
         base_id = request_id or uuid.uuid4().hex
         queue_s = model_s = 0.0
@@ -216,6 +218,7 @@ class VLLMEngine:
         )
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
+        from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
         final = None
@@ -226,7 +229,7 @@ class VLLMEngine:
                 final = output
         except (EngineDeadError, EngineGenerateError) as exc:
             raise EngineFailure(f"the engine failed: {exc!r}") from exc
-        except (ValueError, TypeError) as exc:  # vLLM's checks of the request (ids, lengths)
+        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
             raise BadRequest(f"the engine refused the request: {exc}") from exc
         if final is None:
             raise EngineFailure("the engine returned no output")

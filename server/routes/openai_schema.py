@@ -66,7 +66,7 @@ class ToolSpec(_Strict):
 class _Generation(_Strict):
     model: Name
     max_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
-    temperature: float | None = Field(None, ge=0, le=100)
+    temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     n: Literal[1] = 1
     stream: Literal[False] = False
