@@ -3,10 +3,10 @@
 Two lanes reach ``envs.make`` over HTTP, and they are trusted differently:
 
 * **agents** (``POST /v1/sessions``, no token) reach only the env ids the operator lists in
-  ``EnvAccessConfig.agent_env_ids`` (``"*"``: every registered id), with only the kwargs
-  declared for that env in ``agent_kwargs``. A ``"module:Env-v0"`` id makes the server
-  import ``module``, so it is refused unless ``allow_module_ids`` is on *and* the id is
-  listed (or ``"*"`` is);
+  ``EnvAccessConfig.agent_env_ids`` (shell-style patterns: ``"reasoning_gym/*"``; ``"*"``
+  is every registered id), with only the kwargs declared for that env in
+  ``agent_kwargs``. A ``"module:Env-v0"`` id makes the server import ``module``, so it is
+  refused unless ``allow_module_ids`` is on *and* the id is listed (or matched);
 * **admin** callers (rollout jobs, behind the token) may make any registered or
   ``module:`` id with any kwargs the env's constructor accepts.
 
@@ -24,6 +24,7 @@ of the server's side), reward callables and ``max_episode_steps`` (jobs have ``m
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from typing import Literal
 
@@ -33,7 +34,6 @@ from rollgym.envs.registration import BUILTIN_IDS
 from rollgym.server.errors import EnvNotAllowed
 
 Lane = Literal["agent", "admin"]
-ANY = "*"
 HTTP_RESERVED_KWARGS = frozenset(
     {"sandbox_pool", "task_file", "tasks", "step_reward", "terminal_reward", "max_episode_steps"}
 )
@@ -50,7 +50,8 @@ class EnvAccessConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent_env_ids: tuple[str, ...] = Field(
-        BUILTIN_IDS, description="env ids agents may open; '*' for every registered id"
+        (*BUILTIN_IDS, "reasoning_gym/*"),
+        description="env ids (or shell-style patterns) agents may open; '*': every id",
     )
     allow_module_ids: bool = Field(
         False, description="let agents use listed 'module:Env-v0' ids (imports the module)"
@@ -83,7 +84,7 @@ def check_request(
         )
     if lane == "admin":
         return
-    listed = ANY in access.agent_env_ids or env_id in access.agent_env_ids
+    listed = any(fnmatch.fnmatchcase(env_id, pattern) for pattern in access.agent_env_ids)
     if ":" in env_id and not access.allow_module_ids:
         raise EnvNotAllowed("'module:' env ids are off for agents (env_access.allow_module_ids)")
     if not listed:

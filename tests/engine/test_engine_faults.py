@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import torch
+from engine_helpers import weight_updater
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig
 from rollgym.server.engine.vllm_engine import VLLMEngine
 from rollgym.server.errors import BadWeights, EngineFailure
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.weights.store import PolicyStore
 from rollgym.server.weights.updater import WeightUpdater
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -62,14 +61,7 @@ def other_weights(default_model_dir, tmp_path_factory) -> Path:
 
 
 def updater(engine: VLLMEngine, tmp_path: Path) -> WeightUpdater:
-    return WeightUpdater(
-        engine,
-        tmp_path / "staging",
-        PolicyStore(tmp_path / "policy"),
-        max_bytes=1 << 30,
-        metrics=ServerMetrics(),
-        aliases=engine.tied_aliases(),
-    )
+    return weight_updater(engine, tmp_path / "staging")
 
 
 def named(source: Path, folder: Path, name: str) -> Path:

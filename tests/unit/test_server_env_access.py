@@ -40,6 +40,7 @@ def test_agents_get_only_listed_envs_and_declared_kwargs(access, env_id, kwargs,
         (EnvAccessConfig(), GUESS, {"low": 1, "high": 8}),
         (EnvAccessConfig(agent_env_ids=("*",)), "user/Mine-v0", {}),
         (EnvAccessConfig(agent_env_ids=("pkg:Env-v0",), allow_module_ids=True), "pkg:Env-v0", {}),
+        (EnvAccessConfig(), "reasoning_gym/chain_sum", {}),
         (
             EnvAccessConfig(agent_env_ids=("user/Mine-v0",), agent_kwargs={"user/Mine-v0": ("n",)}),
             "user/Mine-v0",
