@@ -90,6 +90,14 @@ class Leased:
     lease_id: str
     groups: list[TrajectoryGroup]
     waited_s: list[float]  # per group: time from put to this lease
+    payloads: list[bytes]  # per group: its JSON as stored (``answer_bytes`` splices them)
+
+    def answer_bytes(self, response: PullResponse) -> bytes:
+        """``response`` as JSON, its groups spliced in from the stored payloads: nothing is
+        serialized again (a big pull re-serialized holds the GIL, and the event loop, for
+        long; this is a join). CPU work: call it off the loop."""
+        head = response.model_dump_json(exclude={"groups"}).encode()
+        return head[:-1] + b',"groups":[' + b",".join(self.payloads) + b"]}"
 
 
 class TrajectoryBuffer:
@@ -272,7 +280,7 @@ class TrajectoryBuffer:
         db = self._conn()
         lease_id = uuid.uuid4().hex
         now = self._clock()
-        groups, waited, unreadable = [], [], []
+        groups, waited, payloads, unreadable = [], [], [], []
         with db:
             db.execute("BEGIN IMMEDIATE")
             rows = db.execute(
@@ -289,6 +297,7 @@ class TrajectoryBuffer:
                     continue
                 leased.append((lease_id, now + self.config.lease_timeout_s, seq))
                 waited.append(max(now - created, 0.0))
+                payloads.append(payload)
             db.executemany(
                 "UPDATE groups SET state = 'leased', lease_id = ?, lease_expires = ? WHERE seq = ?",
                 leased,
@@ -298,7 +307,7 @@ class TrajectoryBuffer:
             )
         if unreadable:
             logger.error("%d unreadable groups in the buffer were dropped", len(unreadable))
-        return Leased(lease_id, groups, waited)
+        return Leased(lease_id, groups, waited, payloads)
 
     # --- state ----------------------------------------------------------------------------
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Request, Response
 
 from rollgym.contract.wire import (
     AckRequest,
@@ -83,8 +84,9 @@ async def stop_rollouts(services: ServicesDep, drain: bool = False) -> RolloutSt
     return await services.runner.stop(drain=drain)
 
 
-@router.post("/buffer/pull")
-async def pull(body: PullRequest, request: Request, services: ServicesDep) -> PullResponse:
+@router.post("/buffer/pull", response_model=PullResponse)
+async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Response:
+    """A ``PullResponse``, its groups as the buffer stored them (never serialized again)."""
     services.trainer_version = body.trainer_version
     response, leased = await services.buffer.pull(
         body, services.engine.policy_version, abandoned=request.is_disconnected
@@ -93,7 +95,8 @@ async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Pu
         services.metrics.buffer_wait.observe(waited)
     if response.dropped_stale:
         services.metrics.dropped.labels(reason="stale").inc(response.dropped_stale)
-    return response
+    answer = await asyncio.to_thread(leased.answer_bytes, response)
+    return Response(answer, media_type="application/json")
 
 
 @router.post("/buffer/ack")
