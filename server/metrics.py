@@ -25,6 +25,7 @@ rollgym_weight_updates_total{outcome}       counter    applied, rejected, failed
 rollgym_sessions_active                     gauge      open external-agent sessions
 rollgym_event_loop_lag_seconds              histogram  how late the loop wakes a 10 ms sleep
 rollgym_event_loop_lag_max_seconds          gauge      ... the longest in the last 10 s
+rollgym_event_loop_busy_max_seconds         gauge      most loop-thread CPU in one such sleep
 sandbox_pool_boxes{state}                   gauge      the pool's boxes: ready, leased, ...
 sandbox_*                                   (see sandboxes.metrics) the sandbox pool's own
 ==========================================  =========  =========================================
@@ -128,6 +129,9 @@ class ServerMetrics:
         )
         self.loop_lag_max = Gauge(
             "rollgym_event_loop_lag_max_seconds", "longest lag, last 10 s", registry=r
+        )
+        self.loop_busy_max = Gauge(
+            "rollgym_event_loop_busy_max_seconds", "most loop CPU per sleep, last 10 s", registry=r
         )
         self.pool_boxes = Gauge("sandbox_pool_boxes", "boxes by state", ["state"], registry=r)
         self.sandbox_sink = SandboxSink(r)
