@@ -64,6 +64,7 @@ from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
+from rollgym.server.weights.store import PolicyStore
 from rollgym.server.weights.updater import WeightUpdater
 
 Row = tuple[str, str, str, str, str]  # what, measured, baseline, ratio, target
@@ -108,9 +109,6 @@ class BenchEnvs:
     def __init__(self, turns: int, latency_s: float, slots: int = 1 << 20):
         self.turns, self.latency_s, self.slots = turns, latency_s, slots
         self._slots: asyncio.Semaphore | None = None
-
-    def check(self, env_id: str) -> None:
-        pass
 
     def make(self, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None) -> Any:
         if self._slots is None:
@@ -214,7 +212,6 @@ async def rollout(
             episodes_runner = EpisodeRunner(engine, codec, envs, max_model_len=1024)
             runner = RolloutRunner(
                 episodes_runner,
-                envs,
                 buffer,
                 metrics,
                 RunnerConfig(max_concurrent_episodes=concurrency),
@@ -317,7 +314,8 @@ async def weight_rows(engine: VLLMEngine, model_dir: Path) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         updater = WeightUpdater(
             engine,
-            Path(tmp),
+            Path(tmp) / "staging",
+            PolicyStore(Path(tmp) / "policy"),
             max_bytes=1 << 34,
             metrics=ServerMetrics(),
             aliases=engine.tied_aliases(),

@@ -1,11 +1,16 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan runs it.
 
-Start-up, in order: the engine (vLLM, or an injected one), the tokenizer, the buffer
-(SQLite), the sandbox pool (if configured), the rollout runner and the session manager
-with its idle sweeper; all of it lives in one ``Services`` on ``app.state.services``.
-Shutdown runs the other way round: the runner stops (running groups are dropped and
-counted), sessions close (unfinished episodes kept aside as invalid), the buffer closes,
-the pool's boxes are removed, the engine shuts down.
+Start-up, in order: the engine (vLLM, or an injected one) and the last applied weights at
+their version (``weights.updater.restore_policy``), the tokenizer, the buffer (SQLite),
+the sandbox pool (if configured), the rollout runner (resuming a persisted job) and the
+session manager with its idle sweeper; all of it lives in one ``Services`` on
+``app.state.services``. Shutdown runs the other way round: the runner stops (running
+groups are dropped and counted; the job stays persisted), sessions close (unfinished
+episodes kept aside as invalid), the buffer closes, the pool's boxes are removed, the
+engine shuts down.
+
+Every request passes ``server.guards``: a capped body, and a last-resort answer in the one
+error body for anything no handler translated.
 
     app = create_app(ServerSettings(admin_token="..."))      # uvicorn.run(app)
 """
@@ -15,14 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rollgym.contract.wire import ErrorBody, ErrorCode
+from rollgym.contract.wire import ErrorCode
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.buffer import TrajectoryBuffer
@@ -35,6 +40,7 @@ from rollgym.server.dashboard.taps import ObservedBuffer
 from rollgym.server.engine.base import ServingEngine
 from rollgym.server.engine.observed import ObservedEngine
 from rollgym.server.errors import ServerError
+from rollgym.server.guards import BodyLimit, LastResort, error_bytes, watch_loop
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
@@ -42,8 +48,14 @@ from rollgym.server.rollout.runner import RolloutRunner
 from rollgym.server.routes import admin, agents, openai
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions import SessionManager
-from rollgym.server.weights.updater import WeightUpdater
+from rollgym.server.weights.base import StagedWeights
+from rollgym.server.weights.safetensors_check import checkpoint_files
+from rollgym.server.weights.store import PolicyStore
+from rollgym.server.weights.updater import WeightUpdater, restore_policy
 
+UPLOAD_ROUTE = "/admin/weights"  # streamed to disk under its own cap, max_weight_bytes
+
+logger = logging.getLogger(__name__)
 EngineFactory = Callable[[EngineConfig], ServingEngine]
 PoolFactory = Callable[[SandboxSettings, MetricsSink], SandboxPool]
 
@@ -69,6 +81,10 @@ def create_app(
     app.include_router(dashboard.router)
     app.include_router(dashboard.admin_router)
     _install_error_handlers(app)
+    app.add_middleware(LastResort)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, exempt=frozenset({UPLOAD_ROUTE})
+    )
     return app
 
 
@@ -84,6 +100,7 @@ async def _services(
     async with contextlib.AsyncExitStack() as stack:
         await engine.start()
         stack.push_async_callback(engine.close)
+        weights = await _weight_updater(settings, engine, metrics)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
         buffer = await stack.enter_async_context(
             ObservedBuffer(settings.buffer_path, settings.buffer, recorder=recorder)
@@ -91,26 +108,31 @@ async def _services(
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
         envs = RegistryEnvs(lambda: pool)
         policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
-        episodes = EpisodeRunner(
-            policy, codec, envs, max_model_len=settings.engine.max_model_len, metrics=metrics
+        max_model_len = settings.engine.max_model_len
+        episodes = EpisodeRunner(policy, codec, envs, max_model_len=max_model_len, metrics=metrics)
+        runner = RolloutRunner(
+            episodes, buffer, metrics, settings.runner, job_path=settings.rollout_job_path
         )
-        runner = RolloutRunner(episodes, envs, buffer, metrics, settings.runner)
         stack.push_async_callback(runner.close)
-        sessions = SessionManager(policy, codec, envs, buffer, metrics, settings.sessions)
-        stack.push_async_callback(sessions.close_all)
-        sweeper = asyncio.create_task(sessions.run_sweeper())
-        stack.push_async_callback(_cancel, sweeper)
-        weights = WeightUpdater(
-            engine,
-            settings.staging_dir,
-            max_bytes=settings.max_weight_bytes,
-            metrics=metrics,
-            aliases=engine.tied_aliases(),
+        sessions = SessionManager(
+            policy,
+            codec,
+            envs,
+            buffer,
+            metrics,
+            settings.sessions,
+            access=settings.env_access,
+            max_model_len=max_model_len,
+            default_max_tokens=settings.engine.sampling.max_tokens,
         )
+        stack.push_async_callback(sessions.close_all)
+        for task in (sessions.run_sweeper(), watch_loop(metrics)):
+            stack.push_async_callback(_cancel, asyncio.create_task(task))
         metrics.policy_version.set(engine.policy_version)
         reader = functools.partial(_reading, metrics, engine, buffer)
         dashboard_sampler = asyncio.create_task(sample(recorder, reader))
         stack.push_async_callback(_cancel, dashboard_sampler)
+        await runner.resume()
         yield Services(
             settings=settings,
             engine=engine,
@@ -124,6 +146,26 @@ async def _services(
             dashboard=recorder,
             pool=pool,
         )
+
+
+async def _weight_updater(
+    settings: ServerSettings, engine: ServingEngine, metrics: ServerMetrics
+) -> WeightUpdater:
+    """The updater, once the engine serves the last applied weights at their version."""
+    store = PolicyStore(settings.policy_dir)
+    aliases = engine.tied_aliases()
+    served = await restore_policy(engine, store, settings.staging_dir, aliases)
+    base = StagedWeights(tuple(checkpoint_files(settings.engine.model_dir)), nbytes=0)
+    return WeightUpdater(
+        engine,
+        settings.staging_dir,
+        store,
+        max_bytes=settings.max_weight_bytes,
+        metrics=metrics,
+        checks=settings.weights,
+        aliases=aliases,
+        served=served or base,
+    )
 
 
 def _reading(
@@ -181,22 +223,22 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
 
 
-async def _server_error(request: Request, exc: ServerError) -> JSONResponse:
+async def _server_error(request: Request, exc: ServerError) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if exc.status >= 500:
+        logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
     return _error(exc.status, exc.code, str(exc), headers)
 
 
-async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
     problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
     return _error(422, ErrorCode.INVALID_REQUEST, problems)
 
 
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     return _error(exc.status_code, ErrorCode.HTTP_ERROR, str(exc.detail))
 
 
-def _error(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    body = ErrorBody(error=code, message=message).model_dump()
-    return JSONResponse(body, status_code=status, headers=headers)
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = error_bytes(code, message)
+    return Response(body, status_code=status, headers=headers, media_type="application/json")

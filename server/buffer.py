@@ -14,7 +14,10 @@ A group's life::
 ``pull`` is a long-poll: it answers once ``num_groups`` groups are ready (then leases them
 together under one ``lease_id``) or when ``timeout_s`` runs out (with what is ready). All
 SQLite work runs on one worker thread that owns the connection; the event loop never
-blocks on disk.
+blocks on disk. A stored group that no longer reads as a ``TrajectoryGroup`` (a payload
+from an older schema, a bad disk) is dropped and logged when a pull reaches it: it never
+blocks the groups behind it. (Nothing non-finite can be stored: a ``Trajectory`` cannot
+hold a NaN.)
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import sqlite3
 import time
 import uuid
@@ -30,11 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import ValidationError
+
 from rollgym.contract.staleness import oldest_fresh_version
 from rollgym.contract.wire import ErrorCode, PullRequest, PullResponse, Trajectory, TrajectoryGroup
 from rollgym.server.config import BufferConfig
 from rollgym.server.errors import ServerError
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Clock = Callable[[], float]
 _POLL_S = 1.0  # re-check leases at least this often while a pull waits
@@ -83,6 +90,14 @@ class Leased:
     lease_id: str
     groups: list[TrajectoryGroup]
     waited_s: list[float]  # per group: time from put to this lease
+    payloads: list[bytes]  # per group: its JSON as stored (``answer_bytes`` splices them)
+
+    def answer_bytes(self, response: PullResponse) -> bytes:
+        """``response`` as JSON, its groups spliced in from the stored payloads: nothing is
+        serialized again (a big pull re-serialized holds the GIL, and the event loop, for
+        long; this is a join). CPU work: call it off the loop."""
+        head = response.model_dump_json(exclude={"groups"}).encode()
+        return head[:-1] + b',"groups":[' + b",".join(self.payloads) + b"]}"
 
 
 class TrajectoryBuffer:
@@ -265,6 +280,7 @@ class TrajectoryBuffer:
         db = self._conn()
         lease_id = uuid.uuid4().hex
         now = self._clock()
+        groups, waited, payloads, unreadable = [], [], [], []
         with db:
             db.execute("BEGIN IMMEDIATE")
             rows = db.execute(
@@ -272,12 +288,26 @@ class TrajectoryBuffer:
                 " ORDER BY seq LIMIT ?",
                 (limit,),
             ).fetchall()
+            leased = []
+            for seq, created, payload in rows:
+                try:
+                    groups.append(TrajectoryGroup.model_validate_json(payload))
+                except ValidationError:  # never handed out; it must not block the others
+                    unreadable.append((seq,))
+                    continue
+                leased.append((lease_id, now + self.config.lease_timeout_s, seq))
+                waited.append(max(now - created, 0.0))
+                payloads.append(payload)
             db.executemany(
                 "UPDATE groups SET state = 'leased', lease_id = ?, lease_expires = ? WHERE seq = ?",
-                [(lease_id, now + self.config.lease_timeout_s, seq) for seq, _, _ in rows],
+                leased,
             )
-        groups = [TrajectoryGroup.model_validate_json(payload) for _, _, payload in rows]
-        return Leased(lease_id, groups, [max(now - created, 0.0) for _, created, _ in rows])
+            db.executemany(
+                "UPDATE groups SET state = 'stale', payload = NULL WHERE seq = ?", unreadable
+            )
+        if unreadable:
+            logger.error("%d unreadable groups in the buffer were dropped", len(unreadable))
+        return Leased(lease_id, groups, waited, payloads)
 
     # --- state ----------------------------------------------------------------------------
 

@@ -20,6 +20,12 @@ used as it is. One that ignores them (SmolLM2's) would leave the model blind to 
 so the codec then lists them in the system message itself (``tool_instructions``), in the
 format the default model's template uses; the model calls a tool by writing
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` either way.
+
+Input the template or the tokenizer cannot take (malformed ``tool_calls``, text that is not
+valid Unicode) is a ``ChatInputError``: a 422 on a request, an infrastructure failure
+when an env produced it. Request data is bounded before any work starts
+(``check_chars``: text too long to fit the model's context is refused without being
+tokenized) and tokenized off the event loop by the routes.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollgym.server.errors import ServerError
+from rollgym.server.errors import BadRequest, ServerError
 
 # A message as the chat template takes it: role and content, and for tool calls more keys.
 TemplateMessage = dict[str, Any]
@@ -71,6 +77,10 @@ class ChatTemplateError(ServerError):
     """The model's chat template cannot be used append-only (it rewrites earlier turns)."""
 
 
+class ChatInputError(BadRequest):
+    """Messages, tools or text that the chat template or the tokenizer cannot take."""
+
+
 class ChatCodec:
     """A tokenizer and its chat template, used append-only.
 
@@ -98,6 +108,24 @@ class ChatCodec:
             )
         self._closer = tail[len(eos) :]
         self.renders_tools = self._template_renders_tools()
+        # No token decodes to more characters than its vocabulary entry has (byte-level and
+        # sentencepiece vocabularies alike), so text of n characters has at least
+        # n / longest tokens: the bound ``check_chars`` applies before tokenizing.
+        self.longest_token_chars = max(len(token) for token in tokenizer.get_vocab())
+        self.vocab_size: int = len(tokenizer)
+
+    def check_chars(self, chars: int, max_tokens: int) -> None:
+        """Refuse text of ``chars`` characters that cannot fit ``max_tokens`` tokens.
+
+        Cheap and sound: it never refuses text that would fit, and it spares the tokenizer
+        (and the event loop) megabytes of text that never could.
+        """
+        if chars > max_tokens * self.longest_token_chars:
+            raise ChatInputError(
+                f"the prompt has {chars} characters, at least "
+                f"{chars // self.longest_token_chars} tokens: more than the {max_tokens} the "
+                "model's context holds"
+            )
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> ChatCodec:
@@ -123,9 +151,14 @@ class ChatCodec:
         generation_prompt: bool,
         tools: list[dict[str, Any]] | None = None,
     ) -> str:
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tools=tools, add_generation_prompt=generation_prompt, tokenize=False
-        )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                list(messages), tools=tools, add_generation_prompt=generation_prompt, tokenize=False
+            )
+        except Exception as exc:  # jinja's errors, and whatever the template trips over
+            raise ChatInputError(
+                f"the chat template cannot render these messages: {exc!r}"
+            ) from None
         return str(text)
 
     def _template_renders_tools(self) -> bool:
@@ -134,7 +167,10 @@ class ChatCodec:
         return self._apply(messages, generation_prompt=True, tools=[_PROBE_TOOL]) != bare
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        try:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        except Exception as exc:  # e.g. text that is not valid Unicode
+            raise ChatInputError(f"the tokenizer cannot encode this text: {exc!r}") from None
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))

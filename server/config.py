@@ -7,6 +7,8 @@ fields with ``__``), then defaults::
     ROLLGYM_ENGINE__MODEL_DIR=/models/x  ROLLGYM_ENGINE__IN_FLIGHT=abort
     ROLLGYM_BUFFER__LEASE_TIMEOUT_S=120  ROLLGYM_SESSIONS__IDLE_TIMEOUT_S=600
     ROLLGYM_SANDBOXES__POOL_SIZE=4  ROLLGYM_SANDBOXES__RUNTIME_DIR=/tmp/rollgym-sbx-compose
+    ROLLGYM_MAX_BODY_BYTES=262144  ROLLGYM_WEIGHTS__MAX_NORM_RATIO=10
+    ROLLGYM_ENV_ACCESS__AGENT_ENV_IDS='["rollgym/GuessNumber-v0"]'
 
 Each component gets its own model (``EngineConfig``, ``BufferConfig``...), never the root.
 """
@@ -21,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
 from rollgym.contract.wire import SamplingSettings
+from rollgym.server.env_access import EnvAccessConfig
 
 InFlightPolicy = Literal["finish", "abort"]
 
@@ -67,6 +70,12 @@ class EngineConfig(_Config):
         default_factory=SamplingSettings, description="defaults of the OpenAI routes"
     )
     warmup: bool = Field(True, description="run one sampled request with logprobs at start")
+    swap_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="deadline of one weight swap (pause, reload, cache reset); past it the "
+        "old weights are restored and the update answers 503",
+    )
 
     @field_validator("model_dir")
     @classmethod
@@ -90,6 +99,18 @@ class BufferConfig(_Config):
         300.0, gt=0, description="a pulled group not acked by then is handed out again"
     )
     file_name: str = "buffer.sqlite3"
+
+
+class WeightCheckConfig(_Config):
+    """Checks of new weights' values before the swap (names, shapes and dtypes are always
+    checked; so is finiteness: a NaN or infinite value is refused, naming the tensor)."""
+
+    max_norm_ratio: float | None = Field(
+        None,
+        gt=1,
+        description="refuse a tensor whose L2 norm changes by more than this factor against "
+        "the served one (either way); None: no norm check",
+    )
 
 
 class SessionConfig(_Config):
@@ -154,6 +175,16 @@ class ServerSettings(BaseSettings):
         description="the SQLite buffer and staged weights live here",
     )
     max_weight_bytes: int = Field(16 << 30, gt=0, description="largest weight upload")
+    max_body_bytes: int = Field(
+        256 << 10,
+        ge=1024,
+        description="largest request body of every other route; a longer one is refused "
+        "with 413 while it streams. A body is parsed and validated on the event loop, so "
+        "this bounds what one request can stall the others for (about 30 ms for 256 KiB of "
+        "token ids on a loaded 2-core machine); 256 KiB holds a 64k-token chat",
+    )
+    weights: WeightCheckConfig = Field(default_factory=WeightCheckConfig)
+    env_access: EnvAccessConfig = Field(default_factory=EnvAccessConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     buffer: BufferConfig = Field(default_factory=BufferConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
@@ -174,4 +205,15 @@ class ServerSettings(BaseSettings):
 
     @property
     def staging_dir(self) -> Path:
+        """Uploads in transit; whatever a restart finds here was cut off, and is removed."""
         return self.data_dir / "staging"
+
+    @property
+    def policy_dir(self) -> Path:
+        """The last applied weights and their version, kept beside the buffer."""
+        return self.data_dir / "policy"
+
+    @property
+    def rollout_job_path(self) -> Path:
+        """The running rollout job, resumed after a restart."""
+        return self.data_dir / "rollout-job.json"

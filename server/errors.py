@@ -7,15 +7,22 @@
     │   ├── BadWeights(BadRequest)                   422  bad_weights: names, shapes, dtypes
     │   ├── TruncatedWeights(BadWeights)             400  truncated_weights: body ends early
     │   ├── WeightsTooLarge(BadRequest)              413  weights_too_large
+    │   ├── RequestTooLarge(BadRequest)              413  request_too_large: a body over
+    │   │                                                 max_body_bytes (refused as it streams)
     │   └── TranscriptMismatch(BadRequest)           409  transcript_mismatch: messages diverge
     │                                                     from a session's conversation
     ├── Unauthorized(ServerError)                    401  unauthorized: no bearer token
     ├── Forbidden(ServerError)                       403  forbidden: a wrong token
+    │   └── EnvNotAllowed(Forbidden)                 403  env_not_allowed: an env id or kwarg
+    │                                                     agents may not use (``env_access``)
     ├── NotFound(ServerError, LookupError)           404  not_found (session, env id, path)
     ├── Conflict(ServerError)                        409  conflict
     │   ├── VersionMismatch(Conflict)                409  version_mismatch: X-Expected-Version
-    │   └── UpdateInProgress(Conflict)               409  update_in_progress
-    ├── NotEnabled(ServerError)                      501  not_enabled (a feature off in config)
+    │   ├── UpdateInProgress(Conflict)               409  update_in_progress
+    │   ├── ContextFull(Conflict)                    409  context_full: a session's context
+    │   │                                                 reached max_model_len
+    │   └── NotEnabled(Conflict)                     409  not_enabled: a feature the server's
+    │                                                     configuration leaves off
     ├── EngineFailure(ServerError)                   503  engine_failure: the engine cannot serve
     └── TokenPrefixError(ServerError, AssertionError) 500 token_prefix: a turn's prompt does not
                                                           extend the last one (a server bug)
@@ -57,6 +64,13 @@ class WeightsTooLarge(BadRequest):
     code = ErrorCode.WEIGHTS_TOO_LARGE
 
 
+class RequestTooLarge(BadRequest):
+    """A request body over ``max_body_bytes`` (the weight upload has its own limit)."""
+
+    status = 413
+    code = ErrorCode.REQUEST_TOO_LARGE
+
+
 class TranscriptMismatch(BadRequest):
     """A session's LLM call sent messages that do not extend the session's conversation."""
 
@@ -72,6 +86,12 @@ class Unauthorized(ServerError):
 class Forbidden(ServerError):
     status = 403
     code = ErrorCode.FORBIDDEN
+
+
+class EnvNotAllowed(Forbidden):
+    """An env id or env kwarg that the server's ``env_access`` does not open to agents."""
+
+    code = ErrorCode.ENV_NOT_ALLOWED
 
 
 class NotFound(ServerError, LookupError):
@@ -92,8 +112,16 @@ class UpdateInProgress(Conflict):
     code = ErrorCode.UPDATE_IN_PROGRESS
 
 
-class NotEnabled(ServerError):
-    status = 501
+class ContextFull(Conflict):
+    """A session's context reached ``max_model_len``: its episode is over."""
+
+    code = ErrorCode.CONTEXT_FULL
+
+
+class NotEnabled(Conflict):
+    """The request needs a feature this server's configuration leaves off (a 4xx: the
+    request cannot work here, and retrying it will not help)."""
+
     code = ErrorCode.NOT_ENABLED
 
 

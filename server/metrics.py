@@ -15,6 +15,7 @@ rollgym_policy_version                      gauge      the served policy's versi
 rollgym_version_lag                         gauge      policy version - the trainer's last pull
 rollgym_dropped_trajectories_total{reason}  counter    stale, zero_variance, too_few_valid
 rollgym_invalid_trajectories_total          counter    infrastructure failures (never trained)
+rollgym_truncated_by_context_total{source}  counter    episodes cut by a full context
 rollgym_trajectories_total{source}          counter    trajectories persisted
 rollgym_prompt_tokens_total                 counter    prompt tokens sent to the engine
 rollgym_cached_prompt_tokens_total          counter    ... of which served by the prefix cache
@@ -22,6 +23,9 @@ rollgym_prefix_cache_hit_rate               gauge      cached / prompt tokens si
 rollgym_generated_tokens_total              counter    sampled tokens
 rollgym_weight_updates_total{outcome}       counter    applied, rejected, failed
 rollgym_sessions_active                     gauge      open external-agent sessions
+rollgym_event_loop_lag_seconds              histogram  how late the loop wakes a 10 ms sleep
+rollgym_event_loop_lag_max_seconds          gauge      ... the longest in the last 10 s
+rollgym_event_loop_busy_max_seconds         gauge      most loop-thread CPU in one such sleep
 sandbox_pool_boxes{state}                   gauge      the pool's boxes: ready, leased, ...
 sandbox_*                                   (see sandboxes.metrics) the sandbox pool's own
 ==========================================  =========  =========================================
@@ -42,6 +46,7 @@ _FAST = (
     0.5, 1, 2.5, 5, 10, 30, 60,
 )  # fmt: skip
 _SLOW = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800)
+_LAG = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -103,6 +108,9 @@ class ServerMetrics:
             "rollgym_dropped_trajectories", "dropped samples", ["reason"], registry=r
         )
         self.invalid = Counter("rollgym_invalid_trajectories", "infra failures", registry=r)
+        self.truncated_by_context = Counter(
+            "rollgym_truncated_by_context", "episodes cut by a full context", ["source"], registry=r
+        )
         self.trajectories = Counter(
             "rollgym_trajectories", "persisted trajectories", ["source"], registry=r
         )
@@ -116,6 +124,15 @@ class ServerMetrics:
             "rollgym_weight_updates", "weight updates", ["outcome"], registry=r
         )
         self.sessions = Gauge("rollgym_sessions_active", "open sessions", registry=r)
+        self.loop_lag = Histogram(
+            "rollgym_event_loop_lag_seconds", "event loop lag", registry=r, buckets=_LAG
+        )
+        self.loop_lag_max = Gauge(
+            "rollgym_event_loop_lag_max_seconds", "longest lag, last 10 s", registry=r
+        )
+        self.loop_busy_max = Gauge(
+            "rollgym_event_loop_busy_max_seconds", "most loop CPU per sleep, last 10 s", registry=r
+        )
         self.pool_boxes = Gauge("sandbox_pool_boxes", "boxes by state", ["state"], registry=r)
         self.sandbox_sink = SandboxSink(r)
         self._prompt_total = 0

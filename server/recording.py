@@ -10,7 +10,14 @@ context. ``EpisodeRecorder`` is the one place that turns this into a ``Trajector
   kind go on the open turn and the episode's outcome; an infrastructure failure makes the
   episode invalid (the first reason is kept);
 * ``env_reply``: the env's reply, rendered once by the codec, is appended (mask 0) and
-  counted on the last turn.
+  counted on the last turn;
+* ``context_full``: the episode is cut because the next turn cannot fit the model's
+  context (``truncated_by_context``, counted apart from other truncations).
+
+Only the model's own actions earn it credit: a step on an action the model did not make
+(an external agent's own text) is recorded, but its reward is not part of the return. A
+non-finite logprob (an engine fault) makes the episode invalid, like a non-finite reward:
+nothing non-finite is ever stored.
 
 ``step_env`` steps an env the one way both use: timed here (the env's ``info`` carries no
 wall-clock time; the sandbox's share is read beside it, ``get_wrapper_attr("sandbox_s")``),
@@ -108,6 +115,7 @@ class EpisodeKey:
     env_id: str
     task_seed: int | None
     source: Literal["rollout", "session"]
+    env_kwargs: dict[str, object] = dataclasses.field(default_factory=dict)
 
 
 class EpisodeRecorder:
@@ -120,6 +128,7 @@ class EpisodeRecorder:
         self.reward = 0.0
         self.terminated = False
         self.truncated = False
+        self.truncated_by_context = False
         self.invalid_reason: str | None = None
 
     @property
@@ -155,7 +164,8 @@ class EpisodeRecorder:
             self.turns[-1] = self.turns[-1].model_copy(
                 update={"reward": step.reward, "env_s": step.env_s, "sandbox_s": step.sandbox_s}
             )
-        self.reward += step.reward
+        if answers_model_turn:  # the model earns only what its own actions earned
+            self.reward += step.reward
         self.terminated, self.truncated = step.terminated, step.truncated
         if step.infra_error is not None:
             self.fail(f"infrastructure failure: {step.infra_error}")
@@ -170,6 +180,10 @@ class EpisodeRecorder:
                 update={"env_tokens": last.env_tokens + len(token_ids)}
             )
 
+    def context_full(self) -> None:
+        """The next turn cannot fit the model's context: the episode is cut here."""
+        self.truncated = self.truncated_by_context = True
+
     def fail(self, reason: str) -> None:
         """End the episode as an infrastructure failure: invalid, never trained on."""
         self.truncated = True
@@ -181,19 +195,25 @@ class EpisodeRecorder:
         for the versions of an episode without a model turn."""
         transcript = self.transcript or Transcript([])
         versions = [t.policy_version for t in self.turns] or [current_version]
+        logprobs = transcript.logprobs
+        if not all(math.isfinite(lp) for lp in logprobs):
+            self.fail("the engine returned a non-finite logprob")
+            logprobs = [lp if math.isfinite(lp) else 0.0 for lp in logprobs]
         return Trajectory(
             id=uuid.uuid4().hex,
             group_id=self.key.group_id,
             env_id=self.key.env_id,
             task_seed=self.key.task_seed,
             source=self.key.source,
+            env_kwargs=dict(self.key.env_kwargs),
             prompt_ids=transcript.prompt_ids,
             completion_ids=transcript.completion_ids,
-            logprobs=transcript.logprobs,
+            logprobs=logprobs,
             loss_mask=transcript.loss_mask,
             reward=self.reward,
             terminated=self.terminated,
             truncated=self.truncated or not self.terminated,
+            truncated_by_context=self.truncated_by_context,
             valid=self.invalid_reason is None,
             invalid_reason=self.invalid_reason,
             min_version=min(versions),

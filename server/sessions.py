@@ -10,8 +10,14 @@ start with the session's conversation so far (same roles and contents, the model
 answers as it returned them); what the agent added after it (its own notes, tool
 results) and the env's observations are appended once by template diffing (mask 0), and
 the sampled ids as they are (mask 1). Messages that diverge get ``TranscriptMismatch``.
-An action stepped with no LLM call before it is the agent's own text: it enters the
-context as an environment token run, never as a model turn.
+An action that is not the model's last answer (no LLM call before it, or a different
+text) is the agent's own: it enters the context as environment tokens, and the reward
+its step earns is not credited to the model (``server.recording``).
+
+Agents reach only the envs and kwargs ``env_access`` opens to them (``server.env_access``);
+the kwargs are recorded on the trajectory. Request data is tokenized off the event loop.
+A session whose context reaches ``max_model_len`` is over (``ContextFull``, 409): its
+episode is marked ``truncated_by_context``.
 
 Sessions idle for ``idle_timeout_s`` expire: their env is closed (releasing its sandbox)
 and the unfinished episode is kept aside as invalid.
@@ -40,11 +46,19 @@ from rollgym.envs import aio
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec, TemplateMessage
 from rollgym.server.config import SessionConfig
-from rollgym.server.errors import Conflict, NotFound, ServerError, TranscriptMismatch
+from rollgym.server.env_access import EnvAccessConfig, check_request
+from rollgym.server.errors import (
+    Conflict,
+    ContextFull,
+    NotFound,
+    ServerError,
+    TranscriptMismatch,
+)
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
-from rollgym.server.rollout.environments import EnvFactory
+from rollgym.server.rollout.environments import EnvFactory, amake
+from rollgym.server.rollout.episode import opening_budget
 
 Clock = Callable[[], float]
 
@@ -63,7 +77,7 @@ class _Session:
     conversation: list[TemplateMessage]  # what the agent has seen, in order
     pending: list[TemplateMessage] = dataclasses.field(default_factory=list)  # not yet in tokens
     last_stopped: bool = True
-    model_turn_open: bool = False  # an LLM answer not yet followed by a step
+    answer: str | None = None  # the model's last answer, until a step follows it
     last_used: float = 0.0
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
@@ -80,6 +94,9 @@ class SessionManager:
         metrics: ServerMetrics,
         config: SessionConfig,
         *,
+        access: EnvAccessConfig,
+        max_model_len: int,
+        default_max_tokens: int,
         clock: Clock = time.monotonic,
     ):
         self._engine = engine
@@ -88,6 +105,9 @@ class SessionManager:
         self._buffer = buffer
         self._metrics = metrics
         self._config = config
+        self._access = access
+        self._max_model_len = max_model_len
+        self._default_max_tokens = default_max_tokens
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
 
@@ -97,23 +117,39 @@ class SessionManager:
     async def create(self, request: SessionCreate) -> SessionCreated:
         if len(self._sessions) >= self._config.max_sessions:
             raise TooManySessions(f"{len(self._sessions)} sessions are open; close some first")
-        env = self._envs.make(request.env_id, request.env_kwargs, max_turns=None)
+        check_request(self._access, request.env_id, request.env_kwargs, lane="agent")
+        env = await amake(self._envs, request.env_id, request.env_kwargs, max_turns=None)
         try:
             observation, info = await aio.areset(env, seed=request.seed)
+            opening = messages_of(observation)
+            budget = await asyncio.to_thread(
+                opening_budget,
+                self._codec,
+                env,
+                opening,
+                max_tokens=self._default_max_tokens,
+                max_model_len=self._max_model_len,
+            )
         except Exception as exc:
             await asyncio.to_thread(env.close)
             raise Conflict(f"{request.env_id} failed to reset: {exc!r}") from exc
         session_id = uuid.uuid4().hex
-        key = EpisodeKey(session_id, request.env_id, request.seed, source="session")
-        session = _Session(session_id, request, env, EpisodeRecorder(key), messages_of(observation))
+        key = EpisodeKey(
+            session_id, request.env_id, request.seed, "session", env_kwargs=dict(request.env_kwargs)
+        )
+        session = _Session(session_id, request, env, EpisodeRecorder(key), opening)
         session.last_used = self._clock()
         self._sessions[session.id] = session
         self._metrics.sessions.set(len(self._sessions))
+        warnings = []
+        if budget.verdict != "fits":
+            warnings.append(f"the episode may be cut by the context: {budget.explain()}")
         return SessionCreated(
             session_id=session.id,
             observation=session.conversation,
             info=_plain(info),
             policy_version=self._engine.policy_version,
+            warnings=warnings,
         )
 
     async def generate(
@@ -129,15 +165,20 @@ class SessionManager:
         async with session.lock:
             self._check_open(session)
             added = _extension(session.conversation, messages)
-            context = self._context(session, added, tools)
+            context = await asyncio.to_thread(self._context, session, added, tools)
+            if len(context) >= self._max_model_len:
+                session.record.context_full()
+                raise ContextFull(
+                    f"the session's context has {len(context)} tokens, the model's holds "
+                    f"{self._max_model_len}: the episode is over; DELETE the session to keep it"
+                )
             generation = await self._engine.generate(
                 context, sampling, stop_token_ids=[self._codec.eos_id]
             )
             session.record.model_turn(context, generation)
-            answer = {"role": "assistant", "content": self._codec.decode(generation.token_ids)}
-            session.conversation += [*added, answer]
+            session.answer = self._codec.decode(generation.token_ids)
+            session.conversation += [*added, {"role": "assistant", "content": session.answer}]
             session.last_stopped = generation.finish_reason == "stop"
-            session.model_turn_open = True
             session.last_used = self._clock()
             return generation
 
@@ -162,13 +203,14 @@ class SessionManager:
         async with session.lock:
             self._check_open(session)
             step = await step_env(session.env, action, self._metrics)
-            if not session.model_turn_open:  # the agent's own action, not a model turn
+            models = session.answer is not None and action.strip() == session.answer.strip()
+            if not models:  # the agent's own action, not the model's: no credit, no turn
                 session.pending.append({"role": "assistant", "content": action})
                 session.conversation.append({"role": "assistant", "content": action})
-            session.record.env_step(step, answers_model_turn=session.model_turn_open)
+            session.record.env_step(step, answers_model_turn=models)
             session.pending += step.observation
             session.conversation += step.observation
-            session.model_turn_open = False
+            session.answer = None
             session.last_used = self._clock()
             return SessionStepResult(
                 observation=step.observation,
@@ -196,6 +238,8 @@ class SessionManager:
                 session_id=session.id, trajectory_id=None, persisted=False, valid=False
             )
         trajectory = session.record.trajectory(self._engine.policy_version)
+        if trajectory.truncated_by_context:
+            self._metrics.truncated_by_context.labels(source="session").inc()
         if trajectory.valid:
             group = TrajectoryGroup(
                 group_id=session.id,

@@ -1,7 +1,8 @@
 """The trainer's duties around TRL's optimizer steps, as ``transformers`` callbacks.
 
-* ``StepCallback``: at train begin, push the starting (or resumed) weights, so the server
-  samples from exactly the trainer's weights, then let the caller start sampling; after
+* ``StepCallback``: at train begin, push the starting (or resumed) weights unless the
+  server already serves them (``push_at_start``), so the server samples from exactly the
+  trainer's weights, then let the caller start sampling; after
   every optimizer step, in this order: account the compute time, push weights (every
   ``push_every`` steps and at the last), close the step's progress record, print the table.
 * ``CheckpointLedgerCallback``: after TRL saved a checkpoint, write the data position and
@@ -39,8 +40,10 @@ class StepCallback(TrainerCallback):
         step_log: StepLog,
         on_ready: Callable[[], object] | None = None,
         printer: Callable[[str], object] | None = print,
+        push_at_start: bool = True,
     ) -> None:
         self.config = config
+        self.push_at_start = push_at_start
         self.feed = feed
         self.pusher = pusher
         self.progress = progress
@@ -51,7 +54,8 @@ class StepCallback(TrainerCallback):
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        self._push(kw["model"])
+        if self.push_at_start:
+            self._push(kw["model"])
         if self.on_ready is not None:
             self.on_ready()
         self.feed.ready_at = time.time()

@@ -5,6 +5,11 @@ step reports), which import nothing of the server; httpx and validation errors a
 here into ``trainer.errors`` (see that module for the tree). The client is synchronous
 because TRL's training loop is.
 
+A server that restarts is waited for: a call that finds it gone, or answering 503, is
+retried (with a growing pause) for up to ``reconnect_timeout_s``. Every call is safe to
+repeat (a pull whose answer was lost leases groups that come back when the lease expires;
+an ack is idempotent) except a weight push, which ``trainer.weights`` reconciles itself.
+
 Example::
 
     with ServerClient(ClientConfig(url="http://127.0.0.1:8000", admin_token="t")) as client:
@@ -15,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -50,6 +56,7 @@ M = TypeVar("M", bound=BaseModel)
 
 # Seconds added to a long-poll's own wait before the HTTP request itself gives up.
 _LONG_POLL_MARGIN_S = 15.0
+_RETRY_PAUSES_S = (0.5, 1.0, 2.0, 5.0)  # then 5 s between tries
 
 
 class ServerClient:
@@ -82,9 +89,9 @@ class ServerClient:
 
     # --- agent-facing reads -------------------------------------------------------------
 
-    def policy_version(self) -> int:
+    def policy_version(self, *, retry: bool = True) -> int:
         """The version the server samples with now (``GET /health``)."""
-        return self._model(Health, self._send("GET", "/health")).policy_version
+        return self._model(Health, self._send("GET", "/health", retry=retry)).policy_version
 
     def policy(self) -> PolicyInfo:
         return self._model(PolicyInfo, self._send("GET", "/v1/policy"))
@@ -94,7 +101,7 @@ class ServerClient:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                return self.policy_version()
+                return self.policy_version(retry=False)
             except ServerUnavailable:
                 if time.monotonic() >= deadline:
                     raise
@@ -137,6 +144,7 @@ class ServerClient:
             content=data,
             headers=headers,
             timeout=self.config.weights_timeout_s,
+            retry=False,  # not blindly: see trainer.weights
         )
         return self._model(WeightUpdateResult, response)
 
@@ -161,6 +169,28 @@ class ServerClient:
     # --- plumbing -----------------------------------------------------------------------
 
     def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float | None = None,
+        retry: bool = True,
+        **kwargs: object,
+    ) -> httpx.Response:
+        """One call; with ``retry``, repeated while the server is gone or restarting."""
+        deadline = time.monotonic() + (self.config.reconnect_timeout_s if retry else 0.0)
+        pauses = itertools.chain(_RETRY_PAUSES_S, itertools.repeat(_RETRY_PAUSES_S[-1]))
+        while True:
+            try:
+                return self._send_once(method, path, timeout=timeout, **kwargs)
+            except (ServerUnavailable, ServerReplyError) as exc:
+                retryable = isinstance(exc, ServerUnavailable) or exc.status == 503
+                pause = next(pauses)
+                if not retryable or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+
+    def _send_once(
         self,
         method: str,
         path: str,

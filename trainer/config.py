@@ -40,6 +40,12 @@ class ClientConfig(_Config):
     admin_token: SecretStr | None = Field(None, description="bearer token for /admin routes")
     request_timeout_s: float = Field(30.0, gt=0, description="timeout of ordinary calls")
     weights_timeout_s: float = Field(300.0, gt=0, description="timeout of one weight upload")
+    reconnect_timeout_s: float = Field(
+        600.0,
+        ge=0,
+        description="how long a call waits for a server that is gone or answers 503 (a "
+        "restart) before it gives up; 0: no retry",
+    )
 
 
 class TrainerConfig(_Config):

@@ -9,8 +9,11 @@ Wiring (each piece is its own module)::
 
 On resume the latest complete checkpoint's model, optimizer and RNG come back through TRL
 (``resume_from_checkpoint``); its unacked groups are acked and will be skipped if they come
-again; the first thing the trainer does is push the restored weights, so the server samples
-from them before the first new step.
+again. The server keeps its last applied weights and version across its own restarts, so
+if it is at the checkpoint's version it already serves the checkpoint's weights and
+nothing is pushed (the groups it buffered stay fresh); if the versions disagree, the first
+thing the trainer does is push the restored weights, so the server samples from them
+before the first new step. A fresh run always pushes its starting weights.
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ def train(
     step_log = StepLog(config.output_dir / "steps.jsonl")
     step_log.truncate(up_to_step=resumed.step if resumed else 0)
 
-    pusher = WeightPusher(client, version=client.policy_version())
+    server_version = client.policy_version()
+    pusher = WeightPusher(client, version=server_version)
     progress = RunProgress()
     feed = GroupFeed(client, config, ledger, progress, version=lambda: pusher.version)
     step_callback = StepCallback(
@@ -85,6 +89,7 @@ def train(
         step_log=step_log,
         on_ready=on_ready,
         printer=printer,
+        push_at_start=resumed is None or resumed.policy_version != server_version,
     )
     ledger_callback = CheckpointLedgerCallback(
         client=client, ledger=ledger, pusher=pusher, progress=progress

@@ -6,6 +6,12 @@ so the trainer knows which version its weights now have, and records how long th
 
 Parameters are taken from ``named_parameters()``, which lists a tied tensor (embedding and
 LM head) once, under the checkpoint name the server's loader expects.
+
+A push whose answer never came (the server died or restarted, or answered 503) is
+reconciled once the server is back: the server keeps its last applied weights and their
+version across a restart, so if it is at ``V + 1`` the push landed and nothing is sent
+again; otherwise (still ``V``, or a version the trainer did not expect) the weights are
+pushed again, once, against the version the server is at.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from rollgym.contract.wire import WeightUpdateResult
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.errors import ProtocolError
+from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
 
 
 def weights_bytes(model: torch.nn.Module) -> bytes:
@@ -37,7 +43,7 @@ class WeightSync:
     bytes: int
     serialize_s: float
     sync_s: float  # upload, apply and answer: wall time
-    server: WeightUpdateResult
+    server: WeightUpdateResult | None  # None: the answer was lost, the push landed anyway
 
 
 class WeightPusher:
@@ -54,16 +60,24 @@ class WeightPusher:
         t0 = time.perf_counter()
         data = weights_bytes(model)
         t1 = time.perf_counter()
-        result = self.client.push_weights(data, expected_version=self.version)
+        try:
+            result: WeightUpdateResult | None = self.client.push_weights(
+                data, expected_version=self.version
+            )
+        except (ServerUnavailable, ServerReplyError) as exc:
+            if isinstance(exc, ServerReplyError) and exc.status != 503:
+                raise
+            result = self._reconcile(data)
         t2 = time.perf_counter()
-        if result.policy_version != self.version + 1:
+        version = self.version + 1 if result is None else result.policy_version
+        if version != self.version + 1:
             raise ProtocolError(
                 f"pushed at version {self.version}, server answered version "
-                f"{result.policy_version} (expected {self.version + 1})"
+                f"{version} (expected {self.version + 1})"
             )
-        self.version = result.policy_version
+        self.version = version
         sync = WeightSync(
-            policy_version=result.policy_version,
+            policy_version=version,
             bytes=len(data),
             serialize_s=t1 - t0,
             sync_s=t2 - t1,
@@ -71,3 +85,11 @@ class WeightPusher:
         )
         self.history.append(sync)
         return sync
+
+    def _reconcile(self, data: bytes) -> WeightUpdateResult | None:
+        """After a push without an answer (see the module docstring); None if it landed."""
+        server = self.client.policy_version()  # waits for the server, up to reconnect_timeout_s
+        if server == self.version + 1:
+            return None
+        self.version = server
+        return self.client.push_weights(data, expected_version=server)

@@ -17,9 +17,10 @@ STAGE_NAMES = ("sampling", "environment", "buffer", "training")
 
 
 class TrainerReport(BaseModel):
-    """One optimizer step, as the trainer saw it (times are Unix seconds)."""
+    """One optimizer step, as the trainer saw it (times are Unix seconds; every number
+    finite: the dashboard's answer must always encode)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     step: int = Field(ge=0)
     at: float = Field(description="when the step closed")
@@ -104,7 +105,9 @@ class DashboardData(BaseModel):
     policy_version: int
     trainer_version: int | None
     trainer_step: int | None
-    totals: dict[str, float] = Field(description="trajectories, dropped by reason, invalid")
+    totals: dict[str, float] = Field(
+        description="trajectories, dropped by reason, invalid, truncated_by_context"
+    )
     stages: Stages
     series: Series
     latency: dict[str, Percentiles] = Field(description="since start: model, environment...")

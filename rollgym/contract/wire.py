@@ -18,15 +18,69 @@ carries the lowest and highest (``min_version``/``max_version``); the staleness 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
+
+# Bounds of what a client may send. A body is also capped as a whole (``max_body_bytes``);
+# these keep each field to what can work, so nothing unbounded reaches an env or the engine.
+MAX_ENV_ID_CHARS = 256
+MAX_PATH_CHARS = 4096
+MAX_SEED = 2**63 - 1  # Gymnasium seeds are non-negative integers
+MAX_GROUP_SIZE = 1024
+MAX_TOKENS = 1 << 20  # per model turn; the server also checks its own max_model_len
+MAX_KWARGS = 32
+MAX_KWARG_CHARS = 4096
+MAX_KWARG_ITEMS = 1024
+MAX_VERSION = 2**62  # policy versions and staleness stay well inside SQLite's 64-bit integers
+
+
+def _valid_unicode(text: str) -> str:
+    """Text must encode as UTF-8: a lone surrogate (``"\\ud800"``) cannot be tokenized."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"a lone surrogate at character {exc.start} is not valid text") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+"""Any valid Unicode text (lone surrogates refused)."""
+
+EnvId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_ENV_ID_CHARS),
+    AfterValidator(_valid_unicode),
+]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+KwargScalar = (
+    Annotated[str, StringConstraints(max_length=MAX_KWARG_CHARS), AfterValidator(_valid_unicode)]
+    | bool
+    | int
+    | FiniteFloat
+    | None
+)
+KwargValue = KwargScalar | Annotated[list[KwargScalar], Field(max_length=MAX_KWARG_ITEMS)]
+EnvKwargs = Annotated[
+    dict[Annotated[str, StringConstraints(min_length=1, max_length=64)], KwargValue],
+    Field(max_length=MAX_KWARGS, description="JSON scalars or flat lists of them (no nesting)"),
+]
+"""An env's keyword arguments as a client may send them: bounded, at most one level deep."""
 
 
 class _Input(BaseModel):
-    """Inputs we own are strict: an unknown field is a client bug, so it gets a 422."""
+    """Inputs we own are strict: an unknown field is a client bug, so it gets a 422; floats
+    must be finite (``NaN`` and ``Infinity`` are refused)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ErrorCode(StrEnum):
@@ -57,6 +111,9 @@ class ErrorCode(StrEnum):
     TOKEN_PREFIX = "token_prefix"
     SERVER_LOST = "server_lost"  # a cluster's server died: the session or call it held is gone
     NO_SERVER = "no_server"  # a cluster has no server in rotation right now
+    REQUEST_TOO_LARGE = "request_too_large"
+    ENV_NOT_ALLOWED = "env_not_allowed"
+    CONTEXT_FULL = "context_full"
 
 
 class ErrorBody(BaseModel):
@@ -71,6 +128,8 @@ class ErrorBody(BaseModel):
 
 class TurnRecord(BaseModel):
     """One model turn and the environment step that answered it, with its costs."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     index: int
     policy_version: int
@@ -87,13 +146,22 @@ class TurnRecord(BaseModel):
 
 
 class Trajectory(BaseModel):
-    """One episode, token-faithful, ready to train on."""
+    """One episode, token-faithful, ready to train on.
+
+    Every float is finite (a ``NaN`` reward or logprob cannot even be built), so nothing
+    non-finite can reach the buffer or the trainer from any path.
+    """
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     id: str
     group_id: str
     env_id: str
     task_seed: int | None = None
     source: Literal["rollout", "session"] = "rollout"
+    env_kwargs: dict[str, object] = Field(
+        default_factory=dict, description="the kwargs the env was made with"
+    )
     prompt_ids: list[int]
     completion_ids: list[int]
     logprobs: list[float]
@@ -101,6 +169,9 @@ class Trajectory(BaseModel):
     reward: float = Field(description="the episode's return (sum of step rewards)")
     terminated: bool
     truncated: bool
+    truncated_by_context: bool = Field(
+        False, description="cut because the context (max_model_len) was full"
+    )
     valid: bool = Field(True, description="False after an infrastructure failure: never trained on")
     invalid_reason: str | None = None
     min_version: int
@@ -147,8 +218,8 @@ class PullRequest(_Input):
     Pulled groups are leased to ``lease_id`` until acknowledged.
     """
 
-    trainer_version: int = Field(ge=0)
-    max_staleness: int = Field(ge=0)
+    trainer_version: int = Field(ge=0, le=MAX_VERSION)
+    max_staleness: int = Field(ge=0, le=MAX_VERSION)
     num_groups: int = Field(gt=0, le=4096)
     timeout_s: float = Field(30.0, ge=0, le=600)
 
@@ -163,31 +234,42 @@ class PullResponse(BaseModel):
 class AckRequest(_Input):
     """Confirms that leased groups were trained on (idempotent)."""
 
-    group_ids: list[str]
+    group_ids: list[Annotated[str, StringConstraints(max_length=128)]] = Field(max_length=100_000)
 
 
 # --- rollout jobs -------------------------------------------------------------------------
 
 
 class SamplingSettings(_Input):
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(1.0, ge=0, le=2, description="vLLM and OpenAI take 0 to 2")
     top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(64, gt=0, description="per model turn")
+    max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="per model turn")
 
 
 class RolloutJob(_Input):
     """What the sampler should run: groups of ``group_size`` episodes per task seed."""
 
-    env_id: str
-    env_kwargs: dict[str, object] = Field(default_factory=dict)
-    group_size: int = Field(4, ge=1)
-    groups_per_batch: int = Field(8, ge=1, description="groups the trainer consumes per step")
-    max_staleness: int = Field(1, ge=0)
-    max_turns: int | None = Field(None, ge=1, description="default: the env's max_episode_steps")
+    env_id: EnvId
+    env_kwargs: EnvKwargs = Field(default_factory=dict)
+    group_size: int = Field(4, ge=1, le=MAX_GROUP_SIZE)
+    groups_per_batch: int = Field(
+        8, ge=1, le=4096, description="groups the trainer consumes per step"
+    )
+    max_staleness: int = Field(1, ge=0, le=1000)
+    max_turns: int | None = Field(
+        None, ge=1, le=10_000, description="default: the env's max_episode_steps"
+    )
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
-    seeds: list[int] | None = Field(None, description="task seeds to cycle; default: 0, 1, 2, ...")
+    seeds: list[Seed] | None = Field(
+        None,
+        min_length=1,
+        max_length=1_000_000,
+        description="task seeds to cycle; default: 0, 1, 2, ...",
+    )
     order: Literal["random", "length_grouped", "alternate"] = "random"
-    oversample: float = Field(1.0, ge=1.0, description="run this many times the groups needed")
+    oversample: float = Field(
+        1.0, ge=1.0, le=16.0, description="run this many times the groups needed"
+    )
     drop_zero_variance: bool = Field(True, description="drop groups whose rewards are all equal")
 
 
@@ -201,7 +283,11 @@ class RolloutStatus(BaseModel):
     invalid_trajectories: int
     dropped_too_few_valid: int = Field(0, description="groups left with < 2 valid samples")
     dropped_stopped: int = Field(0, description="groups cancelled by a stop or a new job")
+    truncated_by_context: int = Field(0, description="episodes cut by a full context")
     error: str | None = Field(None, description="why the job stopped on its own, if it did")
+    warnings: list[str] = Field(
+        default_factory=list, description="what may go wrong (the context budget...)"
+    )
 
 
 # --- weights and versions -----------------------------------------------------------------
@@ -210,7 +296,11 @@ class RolloutStatus(BaseModel):
 class WeightsFromPath(_Input):
     """Load new weights from safetensors file(s) on a volume the server can read."""
 
-    path: str
+    path: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=MAX_PATH_CHARS, pattern=r"^[^\x00]+$"),
+        AfterValidator(_valid_unicode),
+    ]
     expected_version: int | None = Field(
         None, description="reject (409) unless the server is at this version: guards races"
     )
@@ -273,9 +363,9 @@ class AckResponse(BaseModel):
 class SessionCreate(_Input):
     """Start an episode of ``env_id`` for an external agent."""
 
-    env_id: str
-    env_kwargs: dict[str, object] = Field(default_factory=dict)
-    seed: int | None = None
+    env_id: EnvId
+    env_kwargs: EnvKwargs = Field(default_factory=dict)
+    seed: Seed | None = None
 
 
 class EnvMessage(BaseModel):
@@ -290,10 +380,13 @@ class SessionCreated(BaseModel):
     observation: list[EnvMessage]
     info: dict[str, object]
     policy_version: int
+    warnings: list[str] = Field(
+        default_factory=list, description="what may go wrong (the context budget...)"
+    )
 
 
 class SessionStep(_Input):
-    action: str
+    action: Annotated[Text, StringConstraints(max_length=1 << 20)]
 
 
 class SessionStepResult(BaseModel):

@@ -9,7 +9,8 @@ variables, and talk to it over HTTP like any other client::
             client.policy_version()
 
 Leaving the ``with`` block stops the server (SIGTERM, then SIGKILL after a grace period);
-its output goes to ``log_path``.
+its output goes to ``log_path``. ``kill`` is a crash (SIGKILL to the server and its engine
+process, no shutdown); ``start`` again brings it back on the same port and data dir.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class ServerProcess:
     def start(self) -> None:
         """Start the server and return once ``/health`` answers."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = self.port or free_port()  # a restart keeps its port: clients reconnect
         env = {
             **os.environ,
             **ENGINE_ENV,
@@ -134,7 +135,9 @@ class ServerProcess:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        with ServerClient(self.client_config(request_timeout_s=5.0)) as client:
+        with ServerClient(
+            self.client_config(request_timeout_s=5.0, reconnect_timeout_s=0)
+        ) as client:
             while True:
                 if self._process is not None and self._process.poll() is not None:
                     raise ServerUnavailable(
@@ -163,6 +166,13 @@ class ServerProcess:
             process.wait(timeout=self.stop_timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """A crash: SIGKILL to the server's process group (its engine process included)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
     def log_tail(self, lines: int = 30) -> str:

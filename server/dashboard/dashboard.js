@@ -150,6 +150,7 @@ function header(data) {
   text("trajectories", String(Math.round(totals.trajectories || 0)));
   text("buffer", last < 0 ? "-" : `${s.buffer_ready[last]} / ${s.buffer_leased[last]}`);
   text("dropped", `${Math.round(dropped)} / ${Math.round(totals.invalid || 0)}`);
+  text("context-cut", String(Math.round(totals.truncated_by_context || 0)));
   text("uptime", seconds(data.now - data.started_at));
 }
 

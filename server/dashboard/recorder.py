@@ -58,6 +58,7 @@ class Reading:
     trajectories: float
     dropped: dict[str, float]  # stale, zero_variance, too_few_valid, invalid
     histograms: dict[str, Buckets]  # cumulative: model, environment, sandbox, queue
+    truncated_by_context: float = 0.0  # episodes cut by a full context (kept, marked)
 
 
 @dataclasses.dataclass(frozen=True)

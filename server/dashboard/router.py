@@ -53,6 +53,7 @@ async def data(
     reports = recorder.trainer_reports
     totals = {"trajectories": latest.trajectories if latest else 0.0}
     totals.update(latest.dropped if latest else {})
+    totals["truncated_by_context"] = latest.truncated_by_context if latest else 0.0
     return DashboardData(
         now=now,
         started_at=recorder.started_at,

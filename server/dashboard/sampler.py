@@ -54,6 +54,10 @@ def read_server(
         inflight=int(_value(registry, "rollgym_inflight_episodes")),
         trajectories=trajectories,
         dropped=dropped,
+        truncated_by_context=sum(
+            _value(registry, "rollgym_truncated_by_context_total", {"source": source})
+            for source in ("rollout", "session")
+        ),
         histograms={key: read_buckets(registry, name) for key, name in HISTOGRAMS.items()},
     )
 

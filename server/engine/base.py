@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from rollgym.server.policy import PolicyEngine
-from rollgym.server.weights.base import WeightTarget
+from rollgym.server.weights.base import StagedWeights, WeightTarget
 
 
 @runtime_checkable
@@ -15,6 +15,10 @@ class ServingEngine(PolicyEngine, WeightTarget, Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    async def restore(self, weights: StagedWeights, version: int) -> None:
+        """Serve ``weights`` as ``version``: a restarted server resuming its last update."""
+        ...
 
     def tied_aliases(self) -> dict[str, str]:
         """Alternative tensor names an update may use (see ``safetensors_check.stage``)."""

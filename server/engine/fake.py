@@ -108,6 +108,10 @@ class FakeEngine:
                 self._running -= 1
                 self._idle.notify_all()
 
+    async def restore(self, weights: StagedWeights, version: int) -> None:
+        self.swapped.append(weights)
+        self._version = version
+
     async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
         async with self._swap_lock:
             async with self._idle:

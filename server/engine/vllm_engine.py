@@ -13,6 +13,13 @@ Weight swaps (see ``EngineConfig.in_flight``): new requests wait while a swap ru
 ``finish`` vLLM drains the running requests on the old weights first, with ``abort`` it
 aborts them and this class submits them again on the new weights. Then the workers reload
 the weights, the prefix cache is reset, the version moves, and generation resumes.
+
+A swap has a deadline (``swap_timeout_s``). Running requests that do not finish in time
+leave the old weights in place (nothing was touched). A reload that fails reloads the last
+good weights; one that fails again, or that passes the deadline (a hung worker), costs
+the engine: its process is shut down and a fresh engine starts on the last good weights,
+at the same version. Either way the update answers 503 with the reason, and the version
+has not moved.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -56,7 +64,13 @@ class _Attempt:
 
 
 class VLLMEngine:
-    """See the module docstring. ``async with VLLMEngine(config) as engine: ...``"""
+    """See the module docstring. ``async with VLLMEngine(config) as engine: ...``
+
+    ``worker_extension`` names the class vLLM mixes into its workers (a subclass may add
+    to it: the engine tests make one that fails or hangs mid-swap).
+    """
+
+    worker_extension = WORKER_EXTENSION
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -68,11 +82,19 @@ class VLLMEngine:
         self._manifest = read_manifest(
             checkpoint_files(config.model_dir), dtype=TORCH_DTYPE.get(config.dtype)
         )
-        self._last_good = StagedWeights(tuple(checkpoint_files(config.model_dir)), nbytes=0)
+        self._base = StagedWeights(tuple(checkpoint_files(config.model_dir)), nbytes=0)
+        self._last_good = self._base
 
     # --- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._llm = self._new_llm()
+        await self._llm.update_weight_version(str(self._version))
+        self._serving.set()
+        if self.config.warmup:
+            await self._warm_up()
+
+    def _new_llm(self) -> AsyncLLM:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -89,19 +111,32 @@ class VLLMEngine:
             block_size=c.block_size,
             logprobs_mode=c.logprobs_mode,
             seed=c.seed,
-            worker_extension_cls=WORKER_EXTENSION,
+            worker_extension_cls=self.worker_extension,
             weight_transfer_config=_weight_transfer(c),
         )
         vllm_config = args.create_engine_config()
         # A stat logger of our own turns on per-request timings without vLLM's default
         # loggers (whose Prometheus metrics live in a process-global registry).
-        self._llm = AsyncLLM.from_vllm_config(
+        return AsyncLLM.from_vllm_config(
             vllm_config, stat_loggers=[_quiet_stat_logger], disable_log_stats=True
         )
+
+    async def restore(self, weights: StagedWeights, version: int) -> None:
+        """Serve ``weights`` as ``version`` (a restart resuming the last applied update)."""
+        await self._apply(weights)
+        await self._engine().reset_prefix_cache()
+        self._last_good, self._version = weights, version
+        await self._engine().update_weight_version(str(version))
+
+    async def _restart(self) -> None:
+        """A fresh engine on the last good weights: the way out of a swap gone wrong."""
+        old, self._llm = self._llm, None
+        if old is not None:
+            await asyncio.to_thread(old.shutdown)  # the engine process goes, hung or not
+        self._llm = self._new_llm()
+        if self._last_good is not self._base:
+            await self._apply(self._last_good)
         await self._llm.update_weight_version(str(self._version))
-        self._serving.set()
-        if c.warmup:
-            await self._warm_up()
 
     async def _warm_up(self) -> None:
         """One sampled request with logprobs: the first one pays one-time set-up costs."""
@@ -155,7 +190,12 @@ class VLLMEngine:
                 f"the prompt has {len(prompt_ids)} tokens; it must have 1 to "
                 f"{self.config.max_model_len - 1} (max_model_len {self.config.max_model_len})"
             )
-        params = _sampling_params(sampling, min(sampling.max_tokens, room), stop_token_ids)
+        from vllm.exceptions import VLLMClientError
+
+        try:
+            params = _sampling_params(sampling, min(sampling.max_tokens, room), stop_token_ids)
+        except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
+            raise BadRequest(f"the engine refused the sampling settings: {exc}") from exc
         base_id = request_id or uuid.uuid4().hex
         queue_s = model_s = 0.0
         attempt = 0
@@ -180,6 +220,7 @@ class VLLMEngine:
         )
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
+        from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
         final = None
@@ -190,6 +231,8 @@ class VLLMEngine:
                 final = output
         except (EngineDeadError, EngineGenerateError) as exc:
             raise EngineFailure(f"the engine failed: {exc!r}") from exc
+        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
+            raise BadRequest(f"the engine refused the request: {exc}") from exc
         if final is None:
             raise EngineFailure("the engine returned no output")
         completion = final.outputs[0]
@@ -226,36 +269,54 @@ class VLLMEngine:
         return {} if "lm_head.weight" in self._manifest else {"lm_head.weight": embedding}
 
     async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
-        llm = self._engine()
         async with self._swap_lock:
             self._serving.clear()
             self._swaps += 1
-            mode: Literal["wait", "abort"] = (
-                "wait" if self.config.in_flight == "finish" else "abort"
-            )
             try:
-                await llm.pause_generation(mode=mode, clear_cache=True)
-                await self._apply_or_recover(weights)
-                await llm.reset_prefix_cache()
-                self._version += 1
-                await llm.update_weight_version(str(self._version))
+                await self._swap(weights, time.monotonic() + self.config.swap_timeout_s)
             finally:
-                await llm.resume_generation()
                 self._serving.set()
         return self._version
+
+    async def _swap(self, weights: StagedWeights | NcclWeights, deadline: float) -> None:
+        """Pause, reload, reset, bump; see the module docstring for what a failure does."""
+        llm = self._engine()
+        mode: Literal["wait", "abort"] = "wait" if self.config.in_flight == "finish" else "abort"
+        try:
+            async with asyncio.timeout_at(_loop_time(deadline)):
+                await llm.pause_generation(mode=mode, clear_cache=True)
+        except TimeoutError:
+            await llm.resume_generation()
+            raise EngineFailure(
+                f"running requests did not finish within the swap's deadline "
+                f"({self.config.swap_timeout_s:g} s, engine.swap_timeout_s); nothing was "
+                f"swapped, version {self._version} keeps serving"
+            ) from None
+        try:
+            async with asyncio.timeout_at(_loop_time(deadline)):
+                await self._apply_or_recover(weights)
+                await llm.reset_prefix_cache()
+        except EngineFailure:  # the old weights are back
+            await llm.resume_generation()
+            raise
+        except Exception as exc:  # past the deadline, or the recovery failed too
+            logger.exception("weight swap failed; restarting the engine on the last good weights")
+            reason = "passed its deadline" if isinstance(exc, TimeoutError) else f"failed ({exc!r})"
+            await self._restart()
+            raise EngineFailure(
+                f"the weight swap {reason}; the engine restarted on the last good weights, "
+                f"version {self._version} keeps serving"
+            ) from exc
+        self._version += 1
+        await llm.update_weight_version(str(self._version))
+        await llm.resume_generation()
 
     async def _apply_or_recover(self, weights: StagedWeights | NcclWeights) -> None:
         try:
             await self._apply(weights)
         except Exception as exc:
             logger.exception("weight swap failed; reloading the last good weights")
-            try:
-                await self._apply(self._last_good)
-            except Exception as again:
-                raise EngineFailure(
-                    f"the swap failed ({exc!r}) and reloading the last good weights too "
-                    f"({again!r}): restart the server"
-                ) from again
+            await self._apply(self._last_good)  # raising here: the caller restarts
             raise EngineFailure(f"the swap failed; the old weights keep serving: {exc!r}") from exc
         if isinstance(weights, StagedWeights):
             self._last_good = weights
@@ -295,6 +356,11 @@ class VLLMEngine:
                 "NCCL weight transfer is off: start the server with "
                 "ROLLGYM_ENGINE__WEIGHT_TRANSFER=nccl on a GPU host"
             )
+
+
+def _loop_time(monotonic_deadline: float) -> float:
+    """A ``time.monotonic`` deadline on the running loop's clock (``asyncio.timeout_at``)."""
+    return asyncio.get_running_loop().time() + monotonic_deadline - time.monotonic()
 
 
 def _weight_transfer(config: EngineConfig) -> Any:

@@ -21,24 +21,31 @@ class RollgymWorkerExtension:
     ) -> int:
         """Reload every tensor of ``files`` (checkpoint format); return how many were read."""
         count = 0
-        skipped = set(skip)
 
-        def tensors() -> Iterator[tuple[str, Any]]:
+        def counted() -> Iterator[tuple[str, Any]]:
             nonlocal count
-            from safetensors import safe_open
-
-            for file in files:
-                with safe_open(file, framework="pt", device="cpu") as f:
-                    for name in f.keys():  # noqa: SIM118  # safe_open has no __iter__
-                        if name not in skipped:
-                            count += 1
-                            yield renames.get(name, name), f.get_tensor(name)
+            for item in self.rollgym_tensors(files, renames, skip):
+                count += 1
+                yield item
 
         self.reload_weights(  # type: ignore[attr-defined]  # the worker's method
-            weights_iterator=tensors(), is_checkpoint_format=True
+            weights_iterator=counted(), is_checkpoint_format=True
         )
         self._rollgym_retie_lm_head()
         return count
+
+    def rollgym_tensors(
+        self, files: list[str], renames: dict[str, str], skip: list[str]
+    ) -> Iterator[tuple[str, Any]]:
+        """Each tensor of ``files`` under the name the model loads it as, one at a time."""
+        from safetensors import safe_open
+
+        skipped = set(skip)
+        for file in files:
+            with safe_open(file, framework="pt", device="cpu") as f:
+                for name in f.keys():  # noqa: SIM118  # safe_open has no __iter__
+                    if name not in skipped:
+                        yield renames.get(name, name), f.get_tensor(name)
 
     def _rollgym_retie_lm_head(self) -> None:
         """Tie the output head to the reloaded input embedding again.

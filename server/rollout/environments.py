@@ -3,11 +3,18 @@
 ``RegistryEnvs`` builds envs with ``envs.make`` (registered ids, ``"module:Env-v0"`` ids and
 the ``rollgym.envs`` entry points, plain text envs adapted to chat). An env whose
 constructor takes ``sandbox_pool`` gets the server's shared pool, so every episode's box
-comes warm from one place and the pool's metrics cover them all.
+comes warm from one place and the pool's metrics cover them all; without a pool such an
+env is refused (``NotEnabled``), never left to start containers of its own.
+
+A constructor that refuses its kwargs (or crashes on them) is the request's fault: a
+``BadRequest`` (422) that names the env. Constructors may read files or import modules, so
+callers make envs off the event loop (``amake``). Who may make which env with which kwargs
+is decided before, by ``server.env_access``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import inspect
@@ -18,7 +25,7 @@ import gymnasium
 from gymnasium.envs.registration import load_env_creator
 
 from rollgym.sandboxes.base import SandboxPool
-from rollgym.server.errors import BadRequest, NotEnabled, NotFound
+from rollgym.server.errors import BadRequest, NotEnabled, NotFound, ServerError
 
 PoolSource = Callable[[], SandboxPool | None]
 
@@ -26,11 +33,16 @@ PoolSource = Callable[[], SandboxPool | None]
 class EnvFactory(Protocol):
     def make(
         self, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None
-    ) -> gymnasium.Env[Any, Any]: ...
-
-    def check(self, env_id: str) -> None:
-        """Raise ``NotFound`` unless ``env_id`` can be made."""
+    ) -> gymnasium.Env[Any, Any]:
+        """The env, or ``NotFound`` (unknown id), ``BadRequest`` (kwargs), ``NotEnabled``."""
         ...
+
+
+async def amake(
+    envs: EnvFactory, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None
+) -> gymnasium.Env[Any, Any]:
+    """``envs.make`` in a worker thread: a constructor may read files or import modules."""
+    return await asyncio.to_thread(envs.make, env_id, env_kwargs, max_turns=max_turns)
 
 
 class RegistryEnvs:
@@ -38,9 +50,6 @@ class RegistryEnvs:
 
     def __init__(self, pool: PoolSource):
         self._pool = pool
-
-    def check(self, env_id: str) -> None:
-        takes_pool(env_id)
 
     def make(
         self, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None
@@ -50,7 +59,7 @@ class RegistryEnvs:
         kwargs = dict(env_kwargs)
         if max_turns is not None:
             kwargs["max_episode_steps"] = max_turns
-        if takes_pool(env_id) and "sandbox_pool" not in kwargs:
+        if takes_pool(env_id):
             pool = self._pool()
             if pool is None:
                 raise NotEnabled(
@@ -62,25 +71,32 @@ class RegistryEnvs:
             return envs.make(env_id, **kwargs)
         except envs.EnvLoadError as exc:
             raise NotFound(str(exc)) from exc
-        except TypeError as exc:
-            raise BadRequest(f"{env_id} does not take these env_kwargs: {exc}") from exc
+        except ServerError:
+            raise
+        except Exception as exc:  # the constructor refused these kwargs, or crashed on them
+            raise BadRequest(
+                f"{env_id} cannot be made with env_kwargs {sorted(env_kwargs)}: {exc!r}"
+            ) from exc
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)
 def takes_pool(env_id: str) -> bool:
     """Whether ``env_id``'s entry point takes a ``sandbox_pool``; ``NotFound`` if unknown."""
     from rollgym import envs
 
     envs.load_user_envs()
-    module, _, _ = env_id.rpartition(":")
+    module, _, name = env_id.rpartition(":")
     try:
         if module:
             importlib.import_module(module)
-        spec = gymnasium.spec(env_id.rpartition(":")[2])
-    except (gymnasium.error.Error, ModuleNotFoundError) as exc:
+        spec = gymnasium.spec(name)
+    except (gymnasium.error.Error, ImportError, ValueError) as exc:
         raise NotFound(f"no environment {env_id!r} is registered: {exc}") from exc
     entry = spec.entry_point
-    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    try:
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    except (ImportError, AttributeError) as exc:
+        raise NotFound(f"{env_id}'s entry point cannot be loaded: {exc}") from exc
     if creator is None:
         return False
     try:

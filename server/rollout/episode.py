@@ -7,9 +7,11 @@ once by template diffing and appended (mask 0, logprob 0.0). Because each turn's
 extends the last, vLLM's prefix cache serves the episode so far from KV.
 
 An infrastructure failure (``reset`` raising, ``info["failure"] == "infra"``, an env that
-crashes, an engine that fails) makes the trajectory invalid: excluded from training and
-counted, never scored as reward 0. The record itself is kept by ``server.recording``, the
-same way for sessions.
+crashes, messages of the env that the chat template cannot render, an engine that fails)
+makes the trajectory invalid: excluded from training and counted, never scored as reward
+0. An episode whose next turn cannot fit ``max_model_len`` is cut there and marked
+``truncated_by_context``. The record itself is kept by ``server.recording``, the same way
+for sessions.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any
 
 from rollgym.contract.wire import SamplingSettings, Trajectory
 from rollgym.envs import aio
-from rollgym.server.chat import ChatCodec
-from rollgym.server.errors import EngineFailure
+from rollgym.server.chat import ChatCodec, ChatInputError
+from rollgym.server.errors import Conflict, EngineFailure
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, step_env
-from rollgym.server.rollout.environments import EnvFactory
+from rollgym.server.rollout.budget import ContextBudget
+from rollgym.server.rollout.environments import EnvFactory, amake
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,29 +62,50 @@ class EpisodeRunner:
         self._metrics = metrics
 
     async def run(self, spec: EpisodeSpec) -> Trajectory:
-        env = self._envs.make(spec.env_id, spec.env_kwargs, max_turns=spec.max_turns)
+        env = await amake(self._envs, spec.env_id, spec.env_kwargs, max_turns=spec.max_turns)
         try:
             return await self._run(env, spec)
         finally:
             await aio_close(env)
 
+    async def probe(self, spec: EpisodeSpec) -> ContextBudget:
+        """Make and reset the env once (bad kwargs, a missing pool or an env that cannot
+        reset show now, as 4xx), and measure its opening: the episodes' context budget."""
+        env = await amake(self._envs, spec.env_id, spec.env_kwargs, max_turns=spec.max_turns)
+        try:
+            try:
+                observation, _ = await aio.areset(env, seed=spec.task_seed)
+            except Exception as exc:
+                raise Conflict(f"{spec.env_id} failed to reset: {exc!r}") from exc
+            return opening_budget(
+                self._codec,
+                env,
+                list(observation),
+                max_tokens=spec.sampling.max_tokens,
+                max_model_len=self._max_model_len,
+            )
+        finally:
+            await aio_close(env)
+
     async def _run(self, env: Any, spec: EpisodeSpec) -> Trajectory:
-        record = EpisodeRecorder(
-            EpisodeKey(spec.group_id, spec.env_id, spec.task_seed, source="rollout")
+        key = EpisodeKey(
+            spec.group_id, spec.env_id, spec.task_seed, "rollout", env_kwargs=spec.env_kwargs
         )
+        record = EpisodeRecorder(key)
         try:
             observation, _ = await aio.areset(env, seed=spec.task_seed)
+            prompt = self._codec.first_prompt(list(observation), tools=_tools(env))
         except Exception as exc:  # the env could not start: not the policy's doing
             record.fail(f"reset failed: {exc!r}")
             return record.trajectory(self._engine.policy_version)
-        transcript = record.start(self._codec.first_prompt(list(observation), tools=_tools(env)))
+        transcript = record.start(prompt)
         while not record.done:
             if spec.max_turns is not None and len(record.turns) >= spec.max_turns:
                 record.truncated = True
                 break
             context = transcript.context()
             if len(context) >= self._max_model_len:
-                record.truncated = True  # the context is full: the episode is cut
+                record.context_full()
                 break
             await self._turn(env, spec, record, context)
         return record.trajectory(self._engine.policy_version)
@@ -104,7 +128,27 @@ class EpisodeRunner:
         record.env_step(step)
         if not record.done and step.observation:
             stopped = generation.finish_reason == "stop"
-            record.env_reply(self._codec.continuation(step.observation, stopped=stopped))
+            try:
+                record.env_reply(self._codec.continuation(step.observation, stopped=stopped))
+            except ChatInputError as exc:
+                record.fail(f"the env's reply cannot be rendered: {exc}")
+
+
+def opening_budget(
+    codec: ChatCodec, env: Any, opening: list[Any], *, max_tokens: int, max_model_len: int
+) -> ContextBudget:
+    """The context budget of an env's episodes, from its opening messages: the prompt as it
+    renders, and one reply the size of the opening's last message per turn."""
+    prompt = len(codec.first_prompt(opening, tools=_tools(env)))
+    reply = len(codec.continuation(opening[-1:], stopped=True)) if opening else 0
+    spec = getattr(env, "spec", None)
+    return ContextBudget(
+        prompt=prompt,
+        max_turns=getattr(spec, "max_episode_steps", None) or 1,
+        max_tokens=max_tokens,
+        env_tokens=reply,
+        max_model_len=max_model_len,
+    )
 
 
 def _tools(env: Any) -> list[dict[str, Any]] | None:

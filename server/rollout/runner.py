@@ -1,6 +1,10 @@
 """``RolloutRunner``: the sampler. Runs a ``RolloutJob`` as GRPO groups, many at once.
 
-One job at a time (``start`` replaces it). The loop admits new groups while the staleness
+One job at a time (``start`` replaces it, once the new job is checked: the env is made
+and reset once, with its kwargs, and the job is refused if not even one turn fits the
+model's context, or warned about if long episodes may not). The job is persisted
+(``job_path``) until it is stopped, and ``resume`` starts it again after a restart. The
+loop admits new groups while the staleness
 window has room (``AdmissionGate``), takes task seeds in the job's order
 (``SeedSchedule``), and runs each group's ``group_size`` episodes concurrently; the engine
 batches every episode's turns together. A finished group is filtered (``GroupFilter``) and
@@ -20,13 +24,17 @@ import logging
 import random
 import statistics
 import uuid
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from rollgym.contract.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.config import RunnerConfig
+from rollgym.server.durable import write_atomic
+from rollgym.server.errors import BadRequest, ServerError
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate
-from rollgym.server.rollout.environments import EnvFactory
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict
 from rollgym.server.rollout.ordering import SeedSchedule
@@ -42,6 +50,7 @@ class _Counts:
         self.dropped_too_few_valid = 0
         self.dropped_stopped = 0
         self.invalid_trajectories = 0
+        self.truncated_by_context = 0
 
 
 class RolloutRunner:
@@ -50,15 +59,15 @@ class RolloutRunner:
     def __init__(
         self,
         episodes: EpisodeRunner,
-        envs: EnvFactory,
         buffer: TrajectoryBuffer,
         metrics: ServerMetrics,
         config: RunnerConfig,
         *,
+        job_path: Path | None = None,
         seed: int | None = None,
     ):
         self._episodes = episodes
-        self._envs = envs
+        self._job_path = job_path
         self._buffer = buffer
         self._metrics = metrics
         self._config = config
@@ -70,23 +79,66 @@ class RolloutRunner:
         self._episodes_running = 0
         self._counts = _Counts()
         self._error: str | None = None
+        self._warnings: list[str] = []
 
     # --- control --------------------------------------------------------------------------
 
     async def start(self, job: RolloutJob) -> RolloutStatus:
-        """Run ``job`` (after stopping the current one, whose running groups are dropped)."""
-        self._envs.check(job.env_id)
-        await self.stop()
+        """Run ``job`` once it is checked (after stopping the current one, whose running
+        groups are dropped); a job that cannot work is refused and the current one runs on."""
+        warnings = await self._check(job)
+        await self._halt()
         self._job = job
         self._counts = _Counts()
         self._error = None
+        self._warnings = warnings
+        if self._job_path is not None:
+            await asyncio.to_thread(write_atomic, self._job_path, job.model_dump_json().encode())
         gate = AdmissionGate(job.max_staleness, job.groups_per_batch, job.oversample)
         schedule = SeedSchedule(job.seeds, job.order, self._rng)
         keep = GroupFilter(job.group_size, job.drop_zero_variance)
         self._loop_task = asyncio.create_task(self._admit(job, gate, schedule, keep))
+        self._loop_task.add_done_callback(self._stopped)
         return self.status()
 
+    async def _check(self, job: RolloutJob) -> list[str]:
+        """Refuse a job that cannot work (``ServerError``, 4xx); return its warnings."""
+        if job.group_size > self._config.max_concurrent_episodes:
+            raise BadRequest(
+                f"group_size {job.group_size} is over the {self._config.max_concurrent_episodes} "
+                "episodes the server runs at once (runner.max_concurrent_episodes)"
+            )
+        first_seed = job.seeds[0] if job.seeds else 0
+        budget = await self._episodes.probe(self._spec(job, first_seed))
+        if budget.verdict == "cannot_fit":
+            raise BadRequest(f"no episode of this job can fit the context: {budget.explain()}")
+        if budget.verdict == "may_overflow":
+            warning = f"episodes may be cut by the context: {budget.explain()}"
+            logger.warning("rollout job on %s: %s", job.env_id, warning)
+            return [warning]
+        return []
+
+    async def resume(self) -> None:
+        """Start the job a previous run of the server persisted, if there is one."""
+        if self._job_path is None or not self._job_path.is_file():
+            return
+        try:
+            job = RolloutJob.model_validate_json(self._job_path.read_bytes())
+            await self.start(job)
+        except (ValidationError, ServerError) as exc:
+            logger.error("the persisted rollout job cannot resume (%s); it is dropped", exc)
+            self._job_path.unlink(missing_ok=True)
+            return
+        logger.info("resumed the rollout job on %s", job.env_id)
+
     async def stop(self, *, drain: bool = False) -> RolloutStatus:
+        """Stop the job for good (it will not resume after a restart); cancel running groups
+        (counted as dropped) unless ``drain``."""
+        if self._job_path is not None:
+            self._job_path.unlink(missing_ok=True)
+        return await self._halt(drain=drain)
+
+    async def _halt(self, *, drain: bool = False) -> RolloutStatus:
         """Stop admitting; cancel running groups (counted as dropped) unless ``drain``."""
         if self._loop_task is not None:
             self._loop_task.cancel()
@@ -115,7 +167,9 @@ class RolloutRunner:
             invalid_trajectories=c.invalid_trajectories,
             dropped_too_few_valid=c.dropped_too_few_valid,
             dropped_stopped=c.dropped_stopped,
+            truncated_by_context=c.truncated_by_context,
             error=self._error,
+            warnings=self._warnings,
         )
 
     # --- the loop -------------------------------------------------------------------------
@@ -137,6 +191,11 @@ class RolloutRunner:
                 async with asyncio.timeout(_IDLE_POLL_S):  # not wait_for: it can eat a cancel
                     await self._wake.wait()
 
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self._error = self._error or f"{type(error).__name__}: {error}"
+            logger.error("the rollout loop failed: %s", self._error, exc_info=error)
+
     def _group_done(self, task: asyncio.Task[None]) -> None:
         self._groups.discard(task)
         self._wake.set()
@@ -153,14 +212,7 @@ class RolloutRunner:
         self, job: RolloutJob, seed: int, schedule: SeedSchedule, keep: GroupFilter
     ) -> None:
         """Roll out one group; once its episodes are done, persisting it is not cancelled."""
-        spec = EpisodeSpec(
-            env_id=job.env_id,
-            env_kwargs=dict(job.env_kwargs),
-            task_seed=seed,
-            group_id=uuid.uuid4().hex,
-            sampling=job.sampling,
-            max_turns=job.max_turns,
-        )
+        spec = self._spec(job, seed)
         try:
             trajectories = await asyncio.gather(
                 *(self._episode(spec) for _ in range(job.group_size))
@@ -177,9 +229,23 @@ class RolloutRunner:
             await persisting  # a finished group is persisted and counted, then we stop
             raise
 
+    @staticmethod
+    def _spec(job: RolloutJob, seed: int) -> EpisodeSpec:
+        return EpisodeSpec(
+            env_id=job.env_id,
+            env_kwargs=dict(job.env_kwargs),
+            task_seed=seed,
+            group_id=uuid.uuid4().hex,
+            sampling=job.sampling,
+            max_turns=job.max_turns,
+        )
+
     async def _keep(
         self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory], keep: GroupFilter
     ) -> None:
+        if cut := sum(t.truncated_by_context for t in trajectories):
+            self._counts.truncated_by_context += cut
+            self._metrics.truncated_by_context.labels(source="rollout").inc(cut)
         valid, invalid = keep.split(trajectories)
         for trajectory in invalid:
             await self._buffer.put_invalid(trajectory)
@@ -213,4 +279,5 @@ class RolloutRunner:
             self._metrics.inflight.dec()
 
     async def close(self) -> None:
-        await self.stop()
+        """Shut down: running groups are dropped; the job stays persisted, to resume."""
+        await self._halt()

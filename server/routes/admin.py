@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Request, Response
 
 from rollgym.contract.wire import (
     AckRequest,
@@ -20,6 +21,7 @@ from rollgym.contract.wire import (
     WeightsFromPath,
     WeightUpdateResult,
 )
+from rollgym.server.env_access import check_request
 from rollgym.server.errors import BadRequest
 from rollgym.server.routes.deps import ServicesDep, require_admin
 from rollgym.server.weights.base import NcclWeights
@@ -67,6 +69,7 @@ async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateRe
 
 @router.post("/rollouts")
 async def start_rollouts(body: RolloutJob, services: ServicesDep) -> RolloutStatus:
+    check_request(services.settings.env_access, body.env_id, body.env_kwargs, lane="admin")
     return await services.runner.start(body)
 
 
@@ -81,8 +84,9 @@ async def stop_rollouts(services: ServicesDep, drain: bool = False) -> RolloutSt
     return await services.runner.stop(drain=drain)
 
 
-@router.post("/buffer/pull")
-async def pull(body: PullRequest, request: Request, services: ServicesDep) -> PullResponse:
+@router.post("/buffer/pull", response_model=PullResponse)
+async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Response:
+    """A ``PullResponse``, its groups as the buffer stored them (never serialized again)."""
     services.trainer_version = body.trainer_version
     response, leased = await services.buffer.pull(
         body, services.engine.policy_version, abandoned=request.is_disconnected
@@ -91,7 +95,8 @@ async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Pu
         services.metrics.buffer_wait.observe(waited)
     if response.dropped_stale:
         services.metrics.dropped.labels(reason="stale").inc(response.dropped_stale)
-    return response
+    answer = await asyncio.to_thread(leased.answer_bytes, response)
+    return Response(answer, media_type="application/json")
 
 
 @router.post("/buffer/ack")

@@ -7,13 +7,14 @@ Every answer carries the policy version (body ``policy_version``, header
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.server.chat import ChatCodec
+from rollgym.server.chat import ChatCodec, ChatInputError
 from rollgym.server.errors import BadRequest
 from rollgym.server.policy import Generation
 from rollgym.server.routes.deps import Services, ServicesDep
@@ -54,25 +55,25 @@ async def chat_completions(
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     for message in messages:
         message.setdefault("content", "")
-    session_id = body.session_id or x_rollgym_session
+    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
     codec = services.codec
+    content_chars = sum(len(m["content"]) for m in messages)  # rendered as they are
+    codec.check_chars(content_chars, services.settings.engine.max_model_len)
+    session_id = body.session_id or x_rollgym_session
     if session_id is not None:
-        generation = await services.sessions.generate(
-            session_id, messages, sampling, tools=body.tools
-        )
+        generation = await services.sessions.generate(session_id, messages, sampling, tools=tools)
         prompt_ids = None
     else:
-        prompt_ids = codec.first_prompt(messages, tools=body.tools)
+        prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
         generation = await services.policy.generate(
             prompt_ids, sampling, stop_token_ids=[codec.eos_id]
         )
     response.headers[VERSION_HEADER] = str(generation.policy_version)
+    text, token_logprobs = await asyncio.to_thread(_decoded, codec, generation, body.logprobs)
     choice = ChatChoice(
-        message=ChatMessageOut(content=codec.decode(generation.token_ids)),
+        message=ChatMessageOut(content=text),
         finish_reason=generation.finish_reason,
-        logprobs=ChatLogprobs(content=_token_logprobs(codec, generation))
-        if body.logprobs
-        else None,
+        logprobs=ChatLogprobs(content=token_logprobs) if body.logprobs else None,
         token_ids=generation.token_ids if body.return_token_ids else None,
     )
     return ChatCompletion(
@@ -92,18 +93,21 @@ async def completions(
     _check_model(body.model, services)
     sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)
     codec = services.codec
-    prompt_ids = codec.encode(body.prompt) if isinstance(body.prompt, str) else body.prompt
+    prompt_ids = await _prompt_ids(codec, body.prompt, services.settings.engine.max_model_len)
     generation = await services.policy.generate(prompt_ids, sampling)
     response.headers[VERSION_HEADER] = str(generation.policy_version)
+    text, token_logprobs = await asyncio.to_thread(
+        _decoded, codec, generation, body.logprobs is not None
+    )
     logprobs = None
     if body.logprobs is not None:
-        tokens = [t.token for t in _token_logprobs(codec, generation)]
+        tokens = [t.token for t in token_logprobs]
         offsets = list(itertools.accumulate((len(t) for t in tokens), initial=0))[:-1]
         logprobs = CompletionLogprobs(
             tokens=tokens, token_logprobs=generation.logprobs, text_offset=offsets
         )
     choice = CompletionChoice(
-        text=codec.decode(generation.token_ids),
+        text=text,
         finish_reason=generation.finish_reason,
         logprobs=logprobs,
         token_ids=generation.token_ids if body.return_token_ids else None,
@@ -132,6 +136,27 @@ def _sampling(
         top_p=defaults.top_p if top_p is None else top_p,
         max_tokens=defaults.max_tokens if max_tokens is None else max_tokens,
     )
+
+
+async def _prompt_ids(codec: ChatCodec, prompt: str | list[int], max_model_len: int) -> list[int]:
+    """The prompt's token ids: text bounded, then tokenized off the loop; ids in the vocabulary."""
+    if isinstance(prompt, str):
+        codec.check_chars(len(prompt), max_model_len)
+        return await asyncio.to_thread(codec.encode, prompt)
+    if (largest := max(prompt)) >= codec.vocab_size:
+        raise ChatInputError(
+            f"token id {largest} is out of the vocabulary (ids are 0 to {codec.vocab_size - 1})"
+        )
+    return prompt
+
+
+def _decoded(
+    codec: ChatCodec, generation: Generation, logprobs: bool
+) -> tuple[str, list[TokenLogprob]]:
+    """The completion's text and, if asked, each token's text and logprob (CPU work: a
+    thread's)."""
+    text = codec.decode(generation.token_ids)
+    return text, _token_logprobs(codec, generation) if logprobs else []
 
 
 def _token_logprobs(codec: ChatCodec, generation: Generation) -> list[TokenLogprob]:

@@ -11,42 +11,76 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from rollgym.contract.wire import MAX_TOKENS, KwargScalar, Text
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class FunctionCall(_Strict):
+    name: Name
+    arguments: Text = Field(description="the arguments as a JSON text, as OpenAI sends them")
+
+
+class ToolCall(_Strict):
+    id: Annotated[str, StringConstraints(max_length=256)] | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessageIn(BaseModel):
-    """A message as OpenAI clients send it; extra keys (``name``, ``tool_calls``) pass."""
+    """A message as OpenAI clients send it. ``tool_calls`` must be well formed; other extra
+    keys (``refusal``, vendor fields) pass to the chat template as JSON scalars."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    __pydantic_extra__: dict[str, KwargScalar] = Field(init=False)
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | None = None
+    content: Text | None = None
+    name: Name | None = None
+    tool_calls: list[ToolCall] | None = Field(None, max_length=128)
+    tool_call_id: Annotated[str, StringConstraints(max_length=256)] | None = None
+
+
+class FunctionSpec(_Strict):
+    name: Name
+    description: Text | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON schema")
+    strict: bool | None = None
+
+
+class ToolSpec(_Strict):
+    """A tool the model may call, in OpenAI's function format (rendered by the template)."""
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
 
 
 class _Generation(_Strict):
-    model: str
-    max_tokens: int | None = Field(None, gt=0)
-    temperature: float | None = Field(None, ge=0)
+    model: Name
+    max_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
+    temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     n: Literal[1] = 1
     stream: Literal[False] = False
-    user: str | None = None
+    user: Annotated[str, StringConstraints(max_length=256)] | None = None
     return_token_ids: bool = False
 
 
 class ChatCompletionRequest(_Generation):
-    messages: list[ChatMessageIn] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, gt=0)
+    messages: list[ChatMessageIn] = Field(min_length=1, max_length=4096)
+    max_completion_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
     logprobs: bool = False
     top_logprobs: Literal[0] | None = None
-    tools: list[dict[str, Any]] | None = None
-    session_id: str | None = None
+    tools: list[ToolSpec] | None = Field(None, max_length=128)
+    session_id: Annotated[str, StringConstraints(max_length=128)] | None = None
 
     @model_validator(mode="after")
     def _one_limit(self) -> ChatCompletionRequest:
@@ -60,7 +94,7 @@ class ChatCompletionRequest(_Generation):
 
 
 class CompletionRequest(_Generation):
-    prompt: str | list[int] = Field(min_length=1)
+    prompt: Text | list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
     logprobs: Literal[0, 1] | None = Field(
         None, description="the sampled token's logprob (top alternatives are not offered)"
     )

@@ -1,9 +1,13 @@
-"""Read safetensors headers and check files against a manifest, touching no tensor data.
+"""Check safetensors files against a manifest: headers first, then the values.
 
 The format: 8 bytes little-endian header length ``N``, ``N`` bytes of JSON
 ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, then
-the data. A file is complete when its size is ``8 + N + max(end)``; a shorter one was
-truncated in transit.
+the data. The tensors' byte ranges tile the data exactly (no overlap, no hole), and a file
+is complete when its size is ``8 + N + max(end)``; a shorter one was truncated in transit.
+
+``read_header``/``stage`` touch no tensor data; ``check_values`` then reads each tensor
+once: every value must be finite, and (optionally) each tensor's L2 norm within a factor
+of the served one's. All of it is file and CPU work: callers run it off the event loop.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from rollgym.server.errors import BadWeights, TruncatedWeights
 from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
@@ -22,18 +27,17 @@ ITEM_SIZE = {
     "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
 }  # fmt: skip
 TORCH_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
-MAX_HEADER_BYTES = 100 << 20
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 _SHOWN = 5  # problems named per kind in an error message
 
 
 def read_header(path: Path) -> tuple[dict[str, TensorSpec], int]:
     """The tensors of one safetensors file and its data size; raises ``BadWeights``."""
     size = path.stat().st_size
+    if size < 8:  # checked before opening: a /proc file (size 0) may block its reader
+        raise TruncatedWeights(f"{path.name}: {size} bytes, not even a header length")
     with path.open("rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise TruncatedWeights(f"{path.name}: {size} bytes, not even a header length")
-        (length,) = struct.unpack("<Q", head)
+        (length,) = struct.unpack("<Q", f.read(8))
         if length > MAX_HEADER_BYTES:
             raise BadWeights(f"{path.name}: header length {length} is not safetensors")
         raw = f.read(length)
@@ -41,25 +45,37 @@ def read_header(path: Path) -> tuple[dict[str, TensorSpec], int]:
         raise TruncatedWeights(f"{path.name}: the header is cut off ({len(raw)} of {length})")
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadWeights(f"{path.name}: the header is not JSON ({exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadWeights(f"{path.name}: the header is not JSON ({type(exc).__name__})") from None
     if not isinstance(header, dict):
         raise BadWeights(f"{path.name}: the header is not a JSON object")
     header.pop("__metadata__", None)
     tensors: dict[str, TensorSpec] = {}
-    data_end = 0
+    ranges = []
     for name, entry in header.items():
         spec, (begin, end) = _entry(path.name, name, entry)
         if end - begin != math.prod(spec.shape) * ITEM_SIZE[spec.dtype]:
             raise BadWeights(f"{path.name}: {name} has {end - begin} bytes for {spec}")
         tensors[name] = spec
-        data_end = max(data_end, end)
+        ranges.append((begin, end, name))
+    data_end = _tiled(path.name, ranges)
     expected = 8 + length + data_end
     if size < expected:
         raise TruncatedWeights(f"{path.name}: {size} bytes, the header promises {expected}")
     if size > expected:
         raise BadWeights(f"{path.name}: {size - expected} bytes after the last tensor")
     return tensors, data_end
+
+
+def _tiled(file: str, ranges: list[tuple[int, int, str]]) -> int:
+    """The data's end, once the tensors' byte ranges are checked to tile it exactly."""
+    position = 0
+    for begin, end, name in sorted(ranges):
+        if begin != position:
+            kind = "overlaps the tensor before it" if begin < position else "leaves a hole"
+            raise BadWeights(f"{file}: tensor {name!r} (bytes {begin}-{end}) {kind}")
+        position = end
+    return position
 
 
 def _entry(file: str, name: str, entry: object) -> tuple[TensorSpec, tuple[int, int]]:
@@ -119,6 +135,55 @@ def stage(
     return StagedWeights(files=tuple(files), nbytes=nbytes, renames=renames, skip=skip)
 
 
+def check_values(
+    weights: StagedWeights,
+    *,
+    served_norms: Mapping[str, float] | None = None,
+    max_norm_ratio: float | None = None,
+) -> dict[str, float]:
+    """Refuse (``BadWeights``, naming the tensor) any non-finite value, and with
+    ``max_norm_ratio`` any tensor whose L2 norm is more than that factor above or below its
+    ``served_norms`` entry. Returns the norms by served name (empty without a ratio)."""
+    norms: dict[str, float] = {}
+    for name, tensor in tensors_of(weights):
+        if not bool(tensor.isfinite().all()):
+            bad = int((~tensor.isfinite()).sum())
+            raise BadWeights(f"tensor {name} holds {bad} non-finite values (NaN or infinity)")
+        if max_norm_ratio is None:
+            continue
+        norm = float(tensor.double().norm())
+        before = (served_norms or {}).get(name)
+        if before is not None and not _within(norm, before, max_norm_ratio):
+            raise BadWeights(
+                f"tensor {name}'s norm moves from {before:.4g} to {norm:.4g}, more than the "
+                f"factor {max_norm_ratio:g} allowed (weights.max_norm_ratio)"
+            )
+        norms[name] = norm
+    return norms
+
+
+def tensor_norms(weights: StagedWeights) -> dict[str, float]:
+    """Each tensor's L2 norm by served name (the reference of the norm check)."""
+    return {name: float(tensor.double().norm()) for name, tensor in tensors_of(weights)}
+
+
+def tensors_of(weights: StagedWeights) -> Iterator[tuple[str, Any]]:
+    """Each tensor of ``weights`` as a torch tensor, one at a time, by its served name."""
+    from safetensors import safe_open
+
+    for path in weights.files:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118  # safe_open has no __iter__
+                if name not in weights.skip:
+                    yield weights.renames.get(name, name), f.get_tensor(name)
+
+
+def _within(norm: float, before: float, ratio: float) -> bool:
+    if before == 0.0 or norm == 0.0:
+        return norm == before
+    return 1 / ratio <= norm / before <= ratio
+
+
 def check_announced(weights: NcclWeights, manifest: Manifest, aliases: dict[str, str]) -> None:
     """Check what a trainer announces it will broadcast, as ``stage`` checks files."""
     if len(set(weights.names)) != len(weights.names):
@@ -169,10 +234,13 @@ def _names(names: Iterable[str]) -> str:
 
 
 def checkpoint_files(path: Path) -> list[Path]:
-    """The safetensors files of a file path or a checkpoint directory."""
+    """The safetensors files of a file path or a checkpoint directory (regular files only:
+    a FIFO or a device would block the reader)."""
     if path.is_file():
         return [path]
-    files = sorted(path.glob("*.safetensors"))
+    if not path.is_dir():
+        raise BadWeights(f"{path} is neither a regular file nor a directory")
+    files = sorted(f for f in path.glob("*.safetensors") if f.is_file())
     if not files:
         raise BadWeights(f"{path} holds no .safetensors file")
     return files

@@ -1,24 +1,29 @@
 """``WeightUpdater``: one weight update at a time, checked before the engine is touched.
 
-An update runs in three steps, and only the last one touches the engine:
+An update runs in four steps, and only the third touches the engine:
 
-1. **stage**: an HTTP body is streamed to a file in the staging dir (bounded size);
-2. **check**: safetensors headers against the served model's manifest (names, shapes,
-   dtypes, completeness); any problem is a 4xx and the old weights keep serving;
-3. **swap**: the engine applies them (its in-flight policy, prefix cache reset) and the
-   version goes up by one.
+1. **receive**: an HTTP body is streamed to a file in the staging dir (bounded size;
+   whatever a restart finds there was cut off, and is removed);
+2. **check**, off the event loop: safetensors headers against the served model's manifest
+   (names, shapes, dtypes, completeness, byte ranges), then the values (all finite; with
+   ``weights.max_norm_ratio``, no tensor's norm moved by more than that factor); any
+   problem is a 4xx that names it and the old weights keep serving;
+3. **swap**: the files are adopted by the ``PolicyStore`` and the engine applies them (its
+   in-flight policy, prefix cache reset, a deadline) and the version goes up by one;
+4. **persist**: the store records the files and the version, so a restarted server comes
+   back at that version on those weights (``restore_policy``).
 
 A second update while one runs gets ``UpdateInProgress`` (409); ``expected_version`` that
-is not the current version gets ``VersionMismatch`` (409). The last applied upload is kept
-until the next one succeeds: the engine reloads its last good weights if a swap fails
-halfway.
+is not the current version gets ``VersionMismatch`` (409).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -26,7 +31,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from rollgym.contract.wire import WeightUpdateResult
+from rollgym.server.config import WeightCheckConfig
+from rollgym.server.engine.base import ServingEngine
 from rollgym.server.errors import (
+    BadRequest,
     NotFound,
     ServerError,
     UpdateInProgress,
@@ -35,30 +43,44 @@ from rollgym.server.errors import (
 )
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights.base import NcclWeights, StagedWeights, WeightTarget
-from rollgym.server.weights.safetensors_check import check_announced, checkpoint_files, stage
+from rollgym.server.weights.safetensors_check import (
+    check_announced,
+    check_values,
+    checkpoint_files,
+    stage,
+    tensor_norms,
+)
+from rollgym.server.weights.store import PolicyStore
 
+logger = logging.getLogger(__name__)
 _WRITE_CHUNK = 4 << 20  # buffer the body into writes of this size, each off the loop
 
 
 class WeightUpdater:
-    """See the module docstring."""
+    """See the module docstring. ``served`` are the files the engine serves now."""
 
     def __init__(
         self,
         target: WeightTarget,
         staging_dir: Path,
+        store: PolicyStore,
         *,
         max_bytes: int,
         metrics: ServerMetrics,
+        checks: WeightCheckConfig | None = None,
         aliases: dict[str, str] | None = None,
+        served: StagedWeights | None = None,
     ):
         self._target = target
         self._staging = staging_dir
+        self._store = store
         self._max_bytes = max_bytes
         self._metrics = metrics
+        self._checks = checks or WeightCheckConfig()
         self._aliases = aliases or {}
+        self._served = served
+        self._served_norms: dict[str, float] | None = None
         self._lock = asyncio.Lock()
-        self._last_upload: Path | None = None
 
     @property
     def updating(self) -> bool:
@@ -72,33 +94,61 @@ class WeightUpdater:
             started = time.perf_counter()
             with self._upload_file() as path:
                 await self._receive(body, path)
-                staged = stage([path], self._target.manifest(), aliases=self._aliases)
-                result = await self._swap(staged, time.perf_counter() - started)
-            if self._last_upload is not None:
-                self._last_upload.unlink(missing_ok=True)
-            self._last_upload = path
-            return result
+                await asyncio.to_thread(self._check, [path])
+                files = await asyncio.to_thread(self._store.adopt, [path], move=True)
+            return await self._apply(files, time.perf_counter() - started)
 
     async def from_path(self, path: Path, expected_version: int | None) -> WeightUpdateResult:
         """Apply safetensors file(s) at ``path`` (a file or a checkpoint directory)."""
         async with self._exclusive(expected_version):
             started = time.perf_counter()
-            staged = await asyncio.to_thread(self._stage_path, path)
-            return await self._swap(staged, time.perf_counter() - started)
-
-    def _stage_path(self, path: Path) -> StagedWeights:
-        if not path.exists():
-            raise NotFound(f"{path} does not exist on the server")
-        files = checkpoint_files(path)
-        return stage(files, self._target.manifest(), aliases=self._aliases)
+            files = await asyncio.to_thread(self._checked_path, path)
+            files = await asyncio.to_thread(self._store.adopt, files, move=False)
+            return await self._apply(files, time.perf_counter() - started)
 
     async def from_nccl(
         self, weights: NcclWeights, expected_version: int | None
     ) -> WeightUpdateResult:
-        """Receive a broadcast over vLLM's native NCCL transfer (GPU hosts)."""
+        """Receive a broadcast over vLLM's native NCCL transfer (GPU hosts; not persisted)."""
         async with self._exclusive(expected_version):
             check_announced(weights, self._target.manifest(), self._aliases)
             return await self._swap(weights, 0.0)
+
+    def _checked_path(self, path: Path) -> list[Path]:
+        try:
+            if not path.exists():
+                raise NotFound(f"{path} does not exist on the server")
+            files = checkpoint_files(path)
+        except OSError as exc:  # a name too long, a folder we may not read...
+            raise BadRequest(f"{path} cannot be read: {exc.strerror or exc}") from None
+        self._check(files)
+        return files
+
+    def _check(self, files: list[Path]) -> StagedWeights:
+        """Headers against the manifest, then the values (file and CPU work: off the loop)."""
+        staged = stage(files, self._target.manifest(), aliases=self._aliases)
+        ratio = self._checks.max_norm_ratio
+        if ratio is not None and self._served_norms is None and self._served is not None:
+            self._served_norms = tensor_norms(self._served)
+        norms = check_values(staged, served_norms=self._served_norms, max_norm_ratio=ratio)
+        if ratio is not None:
+            self._served_norms = norms
+        return staged
+
+    async def _apply(self, files: list[Path], load_s: float) -> WeightUpdateResult:
+        """Swap in adopted ``files``, then persist them with their version."""
+        try:
+            staged = await asyncio.to_thread(
+                stage, files, self._target.manifest(), aliases=self._aliases
+            )
+            result = await self._swap(staged, load_s)
+        except BaseException:
+            self._served_norms = None  # the check above may have moved them on
+            await asyncio.to_thread(self._store.discard, files)
+            raise
+        await asyncio.to_thread(self._store.commit, files, result.policy_version)
+        self._served = staged
+        return result
 
     @contextlib.asynccontextmanager
     async def _exclusive(self, expected_version: int | None) -> AsyncIterator[None]:
@@ -121,14 +171,13 @@ class WeightUpdater:
 
     @contextlib.contextmanager
     def _upload_file(self) -> Iterator[Path]:
-        """A fresh file in the staging dir, removed unless the update succeeds."""
+        """A fresh file in the staging dir, removed unless it was adopted."""
         self._staging.mkdir(parents=True, exist_ok=True)
         path = self._staging / f"upload-{uuid.uuid4().hex}.safetensors"
         try:
             yield path
-        except BaseException:
+        finally:
             path.unlink(missing_ok=True)
-            raise
 
     async def _receive(self, body: AsyncIterator[bytes], path: Path) -> int:
         received = 0
@@ -167,6 +216,23 @@ class WeightUpdater:
             apply_s=apply_s,
             in_flight_policy=self._target.in_flight_policy,
         )
+
+
+async def restore_policy(
+    engine: ServingEngine, store: PolicyStore, staging_dir: Path, aliases: dict[str, str]
+) -> StagedWeights | None:
+    """At start: drop cut-off uploads and candidates, then serve the last applied weights
+    at their version (if any update was ever applied); return them."""
+    await asyncio.to_thread(shutil.rmtree, staging_dir, ignore_errors=True)
+    await asyncio.to_thread(store.clean)
+    saved = await asyncio.to_thread(store.load)
+    if saved is None:
+        return None
+    files, version = saved
+    staged = await asyncio.to_thread(stage, files, engine.manifest(), aliases=aliases)
+    await engine.restore(staged, version)
+    logger.info("restored policy version %d from %s", version, files[0].parent)
+    return staged
 
 
 def _finish(f: BinaryIO, tail: bytes) -> None:

@@ -161,8 +161,11 @@ def test_up_trains_down_leaves_nothing_up_again_resumes(project) -> None:
     assert f"checkpoint-{FIRST_STEPS}" in str(second["logs"])  # resumed, not restarted
     dashboard = httpx.get(f"{project.url}/dashboard/data", timeout=10).json()
     assert dashboard["trainer_step"] == SECOND_STEPS
-    # the new server counts from 0 again: the resumed weights, then the one new step
-    assert httpx.get(f"{project.url}/health", timeout=10).json()["policy_version"] == 2
+    # the new server comes back at its last version, on the checkpoint's weights: nothing
+    # is pushed at resume, then one push for the one new step
+    assert (
+        httpx.get(f"{project.url}/health", timeout=10).json()["policy_version"] == 2 + FIRST_STEPS
+    )
 
     project.run("down", "-v", "--timeout", "60")
     assert project.containers() == []

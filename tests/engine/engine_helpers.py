@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from rollgym.server.metrics import ServerMetrics
+from rollgym.server.weights.store import PolicyStore
 from rollgym.server.weights.updater import WeightUpdater
 
 
@@ -30,6 +31,12 @@ async def chunks(data: bytes, size: int = 1 << 16) -> AsyncIterator[bytes]:
 
 
 def weight_updater(engine, staging: Path) -> WeightUpdater:
+    """An updater whose applied weights are kept beside ``staging`` (``policy/``)."""
     return WeightUpdater(
-        engine, staging, max_bytes=1 << 31, metrics=ServerMetrics(), aliases=engine.tied_aliases()
+        engine,
+        staging,
+        PolicyStore(staging.parent / "policy"),
+        max_bytes=1 << 31,
+        metrics=ServerMetrics(),
+        aliases=engine.tied_aliases(),
     )

@@ -161,6 +161,15 @@ async def test_a_bad_update_is_refused_and_the_old_weights_keep_serving(
     assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
 
 
+async def _all_submitted(engine: VLLMEngine, tasks: list[asyncio.Task]) -> None:
+    """Until vLLM holds every request (a fixed sleep is not enough on a loaded machine)."""
+    for _ in range(3000):
+        if sum(t.done() for t in tasks) + engine.llm.get_num_unfinished_requests() >= len(tasks):
+            return
+        await asyncio.sleep(0.01)  # vLLM offers no event to wait on
+    raise AssertionError("the requests were not all submitted within 30 s")
+
+
 @pytest.mark.parametrize("policy", ["finish", "abort"])
 async def test_in_flight_requests_never_mix_versions(
     engine, codec, hf_model, updater, tmp_path, policy
@@ -172,9 +181,7 @@ async def test_in_flight_requests_never_mix_versions(
         long = SamplingSettings(temperature=1.0, max_tokens=300)
         version = engine.policy_version
         running = [asyncio.create_task(engine.generate(prompt, long)) for _ in range(8)]
-        # all 8 in the engine (a loaded machine can take a while to submit them all)
-        while engine.llm.get_num_unfinished_requests() + sum(t.done() for t in running) < 8:  # noqa: ASYNC110  # vLLM offers no event for it
-            await asyncio.sleep(0.001)
+        await _all_submitted(engine, running)
         await updater.from_stream(chunks(data), expected_version=version)
         generations = await asyncio.gather(*running)
         versions = {g.policy_version for g in generations}

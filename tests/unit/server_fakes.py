@@ -106,10 +106,6 @@ class ScriptedEnvs:
         self.made: list[ScriptedEnv] = []
         self._registry = RegistryEnvs(lambda: None)
 
-    def check(self, env_id: str) -> None:
-        if env_id != SCRIPTED:
-            self._registry.check(env_id)
-
     def make(
         self, env_id: str, env_kwargs: Mapping[str, object], *, max_turns: int | None
     ) -> gymnasium.Env[Any, Any]:

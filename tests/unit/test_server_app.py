@@ -26,6 +26,7 @@ from rollgym.server.app import create_app
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import SessionConfig
 from rollgym.server.engine.fake import FakeEngine, fake_logprob
+from rollgym.server.env_access import EnvAccessConfig
 
 GUESS = "rollgym/GuessNumber-v0"
 ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right
@@ -208,10 +209,17 @@ async def test_session_messages_that_rewrite_history_are_refused(client) -> None
     assert answer.status_code == 409 and answer.json()["error"] == "transcript_mismatch"
 
 
-async def test_unknown_sessions_and_envs_are_404(client) -> None:
+async def test_unknown_sessions_are_404_and_unlisted_envs_403(client) -> None:
     assert (await client.post("/v1/sessions/nope/step", json={"action": "1"})).status_code == 404
     assert (await client.delete("/v1/sessions/nope")).status_code == 404
     answer = await client.post("/v1/sessions", json={"env_id": "nope/Nothing-v0"})
+    assert answer.status_code == 403 and answer.json()["error"] == "env_not_allowed"
+
+
+async def test_an_env_id_open_to_agents_but_not_registered_is_404(tmp_path, engine) -> None:
+    config = settings(tmp_path, env_access=EnvAccessConfig(agent_env_ids=("*",)))
+    async with in_process(create_app(config, engine_factory=engine_factory(engine))) as client:
+        answer = await client.post("/v1/sessions", json={"env_id": "nope/Nothing-v0"})
     assert answer.status_code == 404 and answer.json()["error"] == "not_found"
 
 

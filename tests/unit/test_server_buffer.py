@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rollgym.contract.wire import PullRequest, Trajectory, TrajectoryGroup
+from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
 
@@ -156,3 +156,24 @@ async def test_invalid_trajectories_are_kept_aside(buffer) -> None:
     await buffer.put_invalid(bad)
     assert await buffer.count_invalid() == 1
     assert buffer.depth.total == 0
+
+
+async def test_the_answer_splices_the_stored_groups_into_the_pull_response(buffer) -> None:
+    for name in ("g1", "g2"):
+        await buffer.put_group(group(name))
+    response, leased = await buffer.pull(pull(2), policy_version=3)
+    assert PullResponse.model_validate_json(leased.answer_bytes(response)) == response
+    empty, nothing = await buffer.pull(pull(2), policy_version=3)
+    assert PullResponse.model_validate_json(nothing.answer_bytes(empty)) == empty
+
+
+async def test_an_unreadable_stored_group_is_dropped_and_never_blocks_the_others(buffer) -> None:
+    await buffer.put_group(group("g1"))
+    await buffer.put_group(group("g2"))
+    await buffer._run(  # a payload from an older schema, or a bad disk
+        lambda: buffer._conn().execute("UPDATE groups SET payload = '{}' WHERE group_id = 'g1'")
+    )
+    response, _ = await buffer.pull(pull(2), policy_version=0)
+    assert [g.group_id for g in response.groups] == ["g2"]
+    again, _ = await buffer.pull(pull(2), policy_version=0)
+    assert again.groups == []  # g1 was dropped, not re-offered

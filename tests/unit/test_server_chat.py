@@ -54,6 +54,12 @@ def test_a_template_that_rewrites_history_is_refused(codec) -> None:
         def convert_tokens_to_ids(self, token: str) -> int:
             return 0
 
+        def get_vocab(self) -> dict[str, int]:
+            return {self.eos_token: 0}
+
+        def __len__(self) -> int:
+            return 1
+
         def apply_chat_template(self, messages, **kwargs) -> str:
             # Numbers the turns from the end, so appending changes every earlier turn.
             n = len(messages)

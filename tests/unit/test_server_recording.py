@@ -12,6 +12,7 @@ from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, SessionConfig
 from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.env_access import EnvAccessConfig
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.recording import step_env
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
@@ -69,6 +70,9 @@ async def test_a_crashing_env_makes_the_session_invalid_the_same_way(codec, buff
         buffer,
         ServerMetrics(),
         SessionConfig(),
+        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
+        max_model_len=512,
+        default_max_tokens=8,
     )
     made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0))
     conversation = [dict(m) for m in made.observation]

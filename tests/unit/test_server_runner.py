@@ -135,7 +135,7 @@ async def test_guess_number_episodes_are_token_faithful(codec) -> None:
 def runner(codec, engine, envs, buffer, **config) -> tuple[RolloutRunner, ServerMetrics]:
     metrics = ServerMetrics()
     episodes = EpisodeRunner(engine, codec, envs, max_model_len=512)
-    return RolloutRunner(episodes, envs, buffer, metrics, RunnerConfig(**config), seed=0), metrics
+    return RolloutRunner(episodes, buffer, metrics, RunnerConfig(**config), seed=0), metrics
 
 
 async def wait_for(predicate, timeout: float = 10.0) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from safetensors.torch import save
 from server_fakes import safetensors_bytes
 
+from rollgym.server.config import WeightCheckConfig
 from rollgym.server.engine.fake import FAKE_MANIFEST, FakeEngine
 from rollgym.server.errors import (
     BadWeights,
@@ -20,13 +22,14 @@ from rollgym.server.errors import (
     WeightsTooLarge,
 )
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.weights.base import NcclWeights, TensorSpec
+from rollgym.server.weights.base import NcclWeights, StagedWeights, TensorSpec
 from rollgym.server.weights.safetensors_check import (
     check_announced,
     read_header,
     read_manifest,
     stage,
 )
+from rollgym.server.weights.store import PolicyStore
 from rollgym.server.weights.updater import WeightUpdater
 
 
@@ -43,7 +46,8 @@ async def chunks(data: bytes, size: int = 7) -> AsyncIterator[bytes]:
 
 def updater(engine: FakeEngine, tmp_path, **kwargs) -> WeightUpdater:
     kwargs.setdefault("max_bytes", 1 << 20)
-    return WeightUpdater(engine, tmp_path / "staging", metrics=ServerMetrics(), **kwargs)
+    store = PolicyStore(tmp_path / "policy")
+    return WeightUpdater(engine, tmp_path / "staging", store, metrics=ServerMetrics(), **kwargs)
 
 
 def test_header_gives_names_dtypes_and_shapes(tmp_path) -> None:
@@ -118,8 +122,11 @@ async def test_an_upload_swaps_and_bumps_the_version(tmp_path) -> None:
     assert len(engine.swapped) == 1
     second = await weights.from_stream(chunks(safetensors_bytes()), expected_version=None)
     assert second.policy_version == 2
-    # the last good upload stays on disk (the engine's fallback), older ones are removed
-    assert list((tmp_path / "staging").iterdir()) == [engine.swapped[-1].files[0]]
+    # the last applied upload is kept with its version (the engine's fallback, and what a
+    # restart serves); older ones and the staging area are cleared
+    assert PolicyStore(tmp_path / "policy").load() == ([engine.swapped[-1].files[0]], 2)
+    assert len(list((tmp_path / "policy").iterdir())) == 2  # state.json and one folder
+    assert list((tmp_path / "staging").iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -181,3 +188,34 @@ async def test_weights_from_a_path(tmp_path) -> None:
     assert (await weights.from_path(checkpoint, expected_version=0)).policy_version == 1
     with pytest.raises(NotFound):
         await weights.from_path(tmp_path / "nowhere", expected_version=None)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+async def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, value) -> None:
+    engine = FakeEngine(lambda p: [])
+    tensor = torch.ones(8, 4)
+    tensor[3, 1] = value
+    data = save({"model.embed_tokens.weight": tensor})
+    with pytest.raises(BadWeights, match=r"model\.embed_tokens\.weight holds 1 non-finite"):
+        await updater(engine, tmp_path).from_stream(chunks(data), expected_version=None)
+    assert engine.swapped == [] and engine.policy_version == 0
+
+
+async def test_a_norm_jump_past_the_factor_is_refused(tmp_path) -> None:
+    engine = FakeEngine(lambda p: [])
+    served = write(tmp_path, save({"model.embed_tokens.weight": torch.ones(8, 4)}), "served.st")
+    weights = updater(
+        engine,
+        tmp_path,
+        checks=WeightCheckConfig(max_norm_ratio=2.0),
+        served=StagedWeights((served,), nbytes=0),
+    )
+    scaled = lambda k: save({"model.embed_tokens.weight": k * torch.ones(8, 4)})  # noqa: E731
+    with pytest.raises(BadWeights, match="factor 2 allowed"):
+        await weights.from_stream(chunks(scaled(10.0)), expected_version=None)
+    assert (
+        await weights.from_stream(chunks(scaled(1.5)), expected_version=None)
+    ).policy_version == 1
+    # the reference moved with the update: 1.5 -> 0.5 is a factor 3
+    with pytest.raises(BadWeights, match="norm moves"):
+        await weights.from_stream(chunks(scaled(0.5)), expected_version=None)

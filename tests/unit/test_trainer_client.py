@@ -74,9 +74,12 @@ def test_admin_token_errors_are_auth_errors(token, status) -> None:
     assert error.value.status == status
 
 
-def _mock(handler) -> ServerClient:
+def _mock(handler, reconnect_timeout_s: float = 0.0) -> ServerClient:
     http = httpx.Client(base_url="http://mock", transport=httpx.MockTransport(handler))
-    return ServerClient(ClientConfig(url="http://mock", admin_token="t"), http=http)
+    config = ClientConfig(
+        url="http://mock", admin_token="t", reconnect_timeout_s=reconnect_timeout_s
+    )
+    return ServerClient(config, http=http)
 
 
 def test_unreachable_server_is_server_unavailable() -> None:
@@ -123,3 +126,60 @@ def test_error_bodies_become_server_errors_with_code_and_message() -> None:
     boom = _mock(lambda r: httpx.Response(500, text="boom"))
     with boom as client, pytest.raises(TrainerError, match="500 http_error"):
         client.rollouts()
+
+
+class Restarting:
+    """A server that is gone for ``down`` calls (refused, then 503 while it starts), then back
+    at ``version``; a weight push may land before its answer is lost (``lands``)."""
+
+    def __init__(self, version: int, down: int, *, lands: bool = False) -> None:
+        self.version, self.down, self.lands = version, down, lands
+        self.pushes: list[str | None] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/admin/weights":
+            self.pushes.append(request.headers.get("X-Expected-Version"))
+            if self.down > 0:  # the push dies with the server
+                self.down -= 1
+                self.version += self.lands
+                raise httpx.RemoteProtocolError("server went away", request=request)
+            self.version += 1
+            return httpx.Response(
+                200,
+                json={"policy_version": self.version, "bytes": 1, "load_s": 0.0,
+                      "apply_s": 0.0, "in_flight_policy": "finish"},
+            )  # fmt: skip
+        if self.down > 0:
+            self.down -= 1
+            if self.down % 2:
+                raise httpx.ConnectError("refused", request=request)
+            return httpx.Response(503, json={"error": "engine_failure", "message": "starting"})
+        return httpx.Response(200, json={"status": "ok", "policy_version": self.version})
+
+
+def test_a_call_waits_out_a_restarting_server() -> None:
+    server = Restarting(version=7, down=2)
+    with _mock(server, reconnect_timeout_s=60) as client:
+        assert client.policy_version() == 7 and server.down == 0
+
+
+def test_a_server_gone_longer_than_the_reconnect_timeout_is_unavailable() -> None:
+    gone = Restarting(version=7, down=100)
+    with (
+        _mock(gone, reconnect_timeout_s=0.2) as client,
+        pytest.raises((ServerUnavailable, ServerReplyError)),
+    ):
+        client.policy_version()
+
+
+@pytest.mark.parametrize(("lands", "pushes", "version"), [(True, 1, 4), (False, 2, 4)])
+def test_a_push_whose_answer_is_lost_is_repeated_only_if_it_did_not_land(
+    lands, pushes, version
+) -> None:
+    server = Restarting(version=3, down=1, lands=lands)
+    with _mock(server, reconnect_timeout_s=60) as client:
+        pusher = WeightPusher(client, version=3)
+        sync = pusher.push(torch.nn.Linear(2, 2))
+    assert len(server.pushes) == pushes and server.pushes[0] == "3"
+    assert sync.policy_version == pusher.version == server.version == version
+    assert (sync.server is None) == lands

@@ -201,14 +201,16 @@ def test_resume_restores_weights_and_version_and_trains_no_group_twice(
     # ...so its groups stay leased, and the server re-delivers them after the lease timeout.
     fake.redeliver_leases()
 
-    version_before = fake.version
+    version_before, pushes_before = fake.version, len(fake.weights)
     second = train(config(5), fake.client(), default_model_dir, printer=None)
     assert second.resumed_from == checkpoint3
-    # the first push after the restart carries the checkpoint's weights, at the next version
+    # the server still serves step 3's push, the checkpoint's weights, at the checkpoint's
+    # version: the resumed run pushes nothing at start, only after steps 4 and 5
     restored = _checkpoint_weights(checkpoint3)
     for name, tensor in restored.items():
-        torch.testing.assert_close(fake.weights[-3][name], tensor)  # pushes: resume, 4, 5
-    assert second.policy_version == version_before + 3 == fake.version
+        torch.testing.assert_close(fake.weights[pushes_before - 1][name], tensor)
+    assert len(fake.weights) == pushes_before + 2
+    assert second.policy_version == version_before + 2 == fake.version
     assert [r.step for r in second.records] == [1, 2, 3, 4, 5]
     # the re-delivered step-3 groups were acked and skipped, not trained again
     assert set(step3_groups) <= fake.acked

@@ -1,0 +1,157 @@
+"""What keeps one request from hurting the others: a body cap, a last-resort error answer,
+and a watch on the event loop.
+
+* ``BodyLimit`` (ASGI middleware): a body over ``max_bytes`` is refused with 413
+  ``request_too_large``, from its ``Content-Length`` before it is read, or as it streams
+  once it passes the cap; the app never buffers, parses or validates more than that. The
+  weight upload (its own, larger cap) is exempt.
+* ``LastResort`` (ASGI middleware, inside the routes' own handlers): an exception no
+  handler translated is logged with its traceback and answered with the one error body
+  (500 ``server_error``); no request ever gets a bare 500.
+* ``watch_loop``: a task that sleeps ``interval_s`` over and over and records how late it
+  wakes (``rollgym_event_loop_lag_seconds``): the longest time anything held the loop. On
+  a shared machine the process is also descheduled at random, which shows as lag too; the
+  loop thread's own CPU time over each sleep (``rollgym_event_loop_busy_max_seconds``)
+  tells the server's own work apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rollgym.contract.wire import ErrorBody, ErrorCode
+from rollgym.server.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+MAX_MESSAGE_CHARS = 2000
+
+
+def error_bytes(code: str, message: str) -> bytes:
+    """The one error body, encoded: any text a client sent (even a lone surrogate) is escaped
+    so that encoding the answer can never fail."""
+    safe = message[:MAX_MESSAGE_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+    return ErrorBody(error=code, message=safe).model_dump_json().encode()
+
+
+async def _answer(send: Send, status: int, code: str, message: str) -> None:
+    body = error_bytes(code, message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, exempt: frozenset[str]):
+        self.app = app
+        self.max_bytes = max_bytes
+        self.exempt = exempt
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send, int(declared))
+            return
+        received = 0
+        over = False
+
+        async def limited() -> Message:
+            nonlocal received, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    over = True  # the app sees a client gone; its answer is replaced by ours
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded(message: Message) -> None:
+            if not over:
+                await send(message)
+
+        await self.app(scope, limited, guarded)
+        if over:
+            await self._refuse(send, received)
+
+    async def _refuse(self, send: Send, size: int) -> None:
+        await _answer(
+            send,
+            413,
+            ErrorCode.REQUEST_TOO_LARGE,
+            f"the body has {size} bytes or more, over the limit of {self.max_bytes} "
+            "(max_body_bytes, ROLLGYM_MAX_BODY_BYTES)",
+        )
+
+
+class LastResort:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            logger.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            if started:
+                raise  # the answer is under way: nothing better to do than cut it
+            await _answer(
+                send, 500, ErrorCode.SERVER_ERROR, f"the server failed on this request: {exc!r}"
+            )
+
+
+async def watch_loop(
+    metrics: ServerMetrics, *, interval_s: float = 0.01, window_s: float = 10.0
+) -> None:
+    """Record the event loop's lag until cancelled (see the module docstring); the gauge
+    holds the longest lag of the last ``window_s``."""
+    lags, busy = _WindowMax(window_s), _WindowMax(window_s)
+    clock: Callable[[], float] = time.monotonic
+    while True:
+        before, cpu_before = clock(), time.thread_time()
+        await asyncio.sleep(interval_s)
+        now = clock()
+        lag = max(now - before - interval_s, 0.0)
+        metrics.loop_lag.observe(lag)
+        metrics.loop_lag_max.set(lags.add(now, lag))
+        metrics.loop_busy_max.set(busy.add(now, time.thread_time() - cpu_before))
+
+
+class _WindowMax:
+    """The largest value added in the last ``window_s`` (a monotonic queue)."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self._recent: collections.deque[tuple[float, float]] = collections.deque()
+
+    def add(self, at: float, value: float) -> float:
+        recent = self._recent
+        while recent and recent[0][0] < at - self.window_s:
+            recent.popleft()
+        while recent and recent[-1][1] <= value:
+            recent.pop()  # a smaller value never becomes the window's maximum again
+        recent.append((at, value))
+        return recent[0][1]

@@ -1,0 +1,113 @@
+"""The last applied weights and their version, kept beside the buffer so a restart resumes.
+
+Layout under ``<data_dir>/policy``::
+
+    state.json          {"version": 7, "dir": "3f2a...", "files": ["model.safetensors"]}
+    3f2a.../            the weights version 7 was made of (what the engine serves)
+    9c1b.../            a candidate being applied: not in state.json yet
+
+An update *adopts* its files first (an upload is moved in, ``from-path`` files are linked
+or copied: the trainer may delete its checkpoint later), the engine swaps them in, and only
+then is ``state.json`` replaced (temp file, fsync, rename, directory fsync) and the previous
+folder removed. A crash at any point leaves either the old state or the new one, never a
+mix; ``clean`` removes whatever no state names (a candidate cut off by a kill).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollgym.server.durable import fsync_dir, write_atomic
+from rollgym.server.errors import ServerError
+
+STATE_FILE = "state.json"
+
+
+class PolicyState(BaseModel):
+    """``state.json``: the version and the files of the weights the server serves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = Field(ge=1)
+    dir: str = Field(pattern=r"^[0-9a-f]{32}$")
+    files: list[str] = Field(min_length=1)
+
+
+class PolicyStore:
+    """See the module docstring."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def load(self) -> tuple[list[Path], int] | None:
+        """The served files and their version, or None (nothing applied yet)."""
+        state = self._state()
+        if state is None:
+            return None
+        return [self.directory / state.dir / name for name in state.files], state.version
+
+    def clean(self) -> None:
+        """Remove every folder ``state.json`` does not name (leftovers of a killed update)."""
+        if not self.directory.is_dir():
+            return
+        state = self._state()
+        keep = {state.dir} if state else set()
+        for child in self.directory.iterdir():
+            if child.name != STATE_FILE and child.name not in keep:
+                _remove(child)
+
+    def adopt(self, files: Sequence[Path], *, move: bool) -> list[Path]:
+        """Place ``files`` in a fresh candidate folder (moved, or hard-linked/copied)."""
+        folder = self.directory / uuid.uuid4().hex
+        folder.mkdir(parents=True)
+        placed = []
+        for source in files:
+            target = folder / source.name
+            if move:
+                os.replace(source, target)
+            else:
+                try:
+                    os.link(source, target)
+                except OSError:  # another file system, or links not allowed
+                    shutil.copyfile(source, target)
+            placed.append(target)
+        fsync_dir(folder)
+        return placed
+
+    def commit(self, files: Sequence[Path], version: int) -> None:
+        """Make ``files`` (adopted) the served weights at ``version``; drop the previous."""
+        folder = files[0].parent
+        state = PolicyState(version=version, dir=folder.name, files=[f.name for f in files])
+        write_atomic(self.directory / STATE_FILE, state.model_dump_json().encode())
+        self.clean()
+
+    def discard(self, files: Sequence[Path]) -> None:
+        """Drop an adopted candidate that was not applied."""
+        if files:
+            _remove(files[0].parent)
+
+    def _state(self) -> PolicyState | None:
+        try:
+            return PolicyState.model_validate_json((self.directory / STATE_FILE).read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValidationError as exc:
+            raise ServerError(
+                f"{self.directory / STATE_FILE} is unreadable ({exc}); remove the folder "
+                f"{self.directory} to start again from the configured model at version 0"
+            ) from exc
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

@@ -1,0 +1,120 @@
+"""The real engine under faults: non-finite weights never reach it, a worker that fails
+mid-swap leaves the old weights serving, and one that hangs passes the swap's deadline,
+after which the engine restarts on the last good weights. Each answer is a 503 (or a 422)
+with the reason, and the version does not move."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import torch
+from engine_helpers import weight_updater
+
+from rollgym.contract.wire import SamplingSettings
+from rollgym.server.chat import ChatCodec
+from rollgym.server.config import EngineConfig
+from rollgym.server.engine.vllm_engine import VLLMEngine
+from rollgym.server.errors import BadWeights, EngineFailure
+from rollgym.server.weights.updater import WeightUpdater
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+GREEDY = SamplingSettings(temperature=0.0, max_tokens=16)
+DEADLINE_S = 8.0
+
+
+class FaultyEngine(VLLMEngine):
+    worker_extension = "faulty_worker.FaultyWorkerExtension"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine(default_model_dir):
+    config = EngineConfig(
+        model_dir=default_model_dir, max_model_len=512, kv_cache_gib=0.5, swap_timeout_s=DEADLINE_S
+    )
+    async with FaultyEngine(config) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def prompt(default_model_dir) -> list[int]:
+    codec = ChatCodec.from_model_dir(default_model_dir)
+    return codec.first_prompt([{"role": "user", "content": "Guess a number from 1 to 16."}])
+
+
+def weights_of_seed(model_dir: Path, folder: Path, seed: int) -> Path:
+    """A differently initialised model of the same shape, saved as a trainer would."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(seed)
+    type(model)(model.config).save_pretrained(folder, safe_serialization=True)
+    return folder / "model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def other_weights(default_model_dir, tmp_path_factory) -> Path:
+    return weights_of_seed(default_model_dir, tmp_path_factory.mktemp("seed7"), 7)
+
+
+def updater(engine: VLLMEngine, tmp_path: Path) -> WeightUpdater:
+    return weight_updater(engine, tmp_path / "staging")
+
+
+def named(source: Path, folder: Path, name: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    return Path(shutil.copyfile(source, folder / name))
+
+
+async def test_non_finite_weights_never_reach_the_engine(
+    engine, prompt, other_weights, tmp_path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    before = await engine.generate(prompt, GREEDY)
+    tensors = load_file(other_weights)
+    name = sorted(tensors)[3]
+    tensors[name][0, 0] = math.nan
+    poisoned = tmp_path / "poisoned.safetensors"
+    save_file(tensors, poisoned)
+    with pytest.raises(BadWeights, match=f"{name} holds 1 non-finite"):
+        await updater(engine, tmp_path).from_path(poisoned, expected_version=None)
+    assert engine.policy_version == 0
+    assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
+
+
+async def test_a_worker_failing_mid_swap_leaves_the_old_weights_serving(
+    engine, prompt, other_weights, tmp_path
+) -> None:
+    before = await engine.generate(prompt, GREEDY)
+    version = engine.policy_version
+    broken = named(other_weights, tmp_path / "in", "fail-midway.safetensors")
+    with pytest.raises(EngineFailure, match="old weights keep serving"):
+        await updater(engine, tmp_path).from_path(broken, expected_version=None)
+    assert engine.policy_version == version
+    after = await engine.generate(prompt, GREEDY)
+    assert after.token_ids == before.token_ids and after.policy_version == version
+
+
+async def test_a_hung_swap_passes_its_deadline_and_the_engine_restarts_on_the_old_weights(
+    engine, prompt, other_weights, default_model_dir, tmp_path
+) -> None:
+    weights = updater(engine, tmp_path)
+    good = named(other_weights, tmp_path / "in", "good.safetensors")
+    applied = await weights.from_path(good, expected_version=None)  # the last good weights
+    served = await engine.generate(prompt, GREEDY)
+    assert applied.policy_version == engine.policy_version == served.policy_version
+
+    third = weights_of_seed(default_model_dir, tmp_path / "seed8", 8)
+    hung = named(third, tmp_path / "in", "hang.safetensors")
+    with pytest.raises(EngineFailure, match=r"deadline.*restarted on the last good weights"):
+        await weights.from_path(hung, expected_version=None)
+    assert engine.policy_version == applied.policy_version
+    after = await engine.generate(prompt, GREEDY)
+    assert after.token_ids == served.token_ids  # the update's weights, not the base model's
+    assert after.policy_version == applied.policy_version
+    again = await weights.from_path(good, expected_version=applied.policy_version)
+    assert again.policy_version == applied.policy_version + 1
