@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rollgym.cluster.commands import add_cluster_commands
 from rollgym.contract import paths
+from rollgym.data.commands import add_data_commands
 from rollgym.models.commands import add_model_commands
 
 
@@ -135,6 +136,7 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
     add_cluster_commands(commands)
     _add_training_commands(commands)
+    add_data_commands(commands)
     return parser
 
 

@@ -39,7 +39,7 @@ from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.routes import admin, agents, openai
+from rollgym.server.routes import admin, agents, archive, openai
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions import SessionManager
 from rollgym.server.weights.updater import WeightUpdater
@@ -66,6 +66,7 @@ def create_app(
     app.include_router(agents.router)
     app.include_router(openai.router)
     app.include_router(admin.router)
+    app.include_router(archive.router)
     app.include_router(dashboard.router)
     app.include_router(dashboard.admin_router)
     _install_error_handlers(app)

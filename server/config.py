@@ -90,6 +90,12 @@ class BufferConfig(_Config):
         300.0, gt=0, description="a pulled group not acked by then is handed out again"
     )
     file_name: str = "buffer.sqlite3"
+    archive_retention_s: float | None = Field(
+        None,
+        ge=0,
+        description="how long trained and stale groups stay in the archive for export: "
+        "None keeps them for good, 0 keeps none (see server.archive)",
+    )
 
 
 class SessionConfig(_Config):

@@ -10,7 +10,10 @@ context. ``EpisodeRecorder`` is the one place that turns this into a ``Trajector
   kind go on the open turn and the episode's outcome; an infrastructure failure makes the
   episode invalid (the first reason is kept);
 * ``env_reply``: the env's reply, rendered once by the codec, is appended (mask 0) and
-  counted on the last turn.
+  counted on the last turn;
+* ``said``: the conversation as text (opening messages, each action as the env got it, the
+  env's replies), kept beside the tokens for export only (``rollgym.data``): training reads
+  the token ids, never this text.
 
 ``step_env`` steps an env the one way both use: timed here (the env's ``info`` carries no
 wall-clock time; the sandbox's share is read beside it, ``get_wrapper_attr("sandbox_s")``),
@@ -20,7 +23,9 @@ and both times observed in the server's metrics.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import time
 import uuid
@@ -29,7 +34,7 @@ from typing import Any, Literal
 
 import gymnasium
 
-from rollgym.contract.wire import Trajectory, TurnRecord
+from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
 from rollgym.envs import aio
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import Generation
@@ -100,6 +105,21 @@ def messages_of(observation: Any) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in observation]
 
 
+def message_text(message: dict[str, Any]) -> EnvMessage:
+    """A chat message as role and text; structured tool calls (an external agent's OpenAI
+    messages) become the ``<tool_call>{...}</tool_call>`` text a model writes for them."""
+    text = str(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        body = json.dumps({"name": function.get("name"), "arguments": arguments})
+        text += f"<tool_call>{body}</tool_call>"
+    return EnvMessage(role=str(message.get("role")), content=text)
+
+
 @dataclasses.dataclass(frozen=True)
 class EpisodeKey:
     """What a trajectory is an episode of."""
@@ -121,15 +141,24 @@ class EpisodeRecorder:
         self.terminated = False
         self.truncated = False
         self.invalid_reason: str | None = None
+        self.messages: list[EnvMessage] = []
+        self.tools: list[dict[str, Any]] | None = None
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
-    def start(self, prompt_ids: Sequence[int]) -> Transcript:
-        """The first prompt (the opening messages, tokenized)."""
+    def start(
+        self, prompt_ids: Sequence[int], *, tools: Sequence[dict[str, Any]] | None = None
+    ) -> Transcript:
+        """The first prompt (the opening messages, tokenized) and the tools it offered."""
         self.transcript = Transcript(list(prompt_ids))
+        self.tools = list(tools) if tools else None
         return self.transcript
+
+    def said(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Messages that entered the conversation, as text (for export; see the docstring)."""
+        self.messages += [message_text(m) for m in messages]
 
     def model_turn(self, context: Sequence[int], generation: Generation) -> None:
         """The model sampled ``generation`` from ``context``: a new turn."""
@@ -200,4 +229,6 @@ class EpisodeRecorder:
             max_version=max(versions),
             turns=self.turns,
             created_at=time.time(),
+            messages=self.messages,
+            tools=self.tools,
         )

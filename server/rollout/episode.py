@@ -74,7 +74,11 @@ class EpisodeRunner:
         except Exception as exc:  # the env could not start: not the policy's doing
             record.fail(f"reset failed: {exc!r}")
             return record.trajectory(self._engine.policy_version)
-        transcript = record.start(self._codec.first_prompt(list(observation), tools=_tools(env)))
+        tools = _tools(env)
+        transcript = record.start(
+            self._codec.first_prompt(list(observation), tools=tools), tools=tools
+        )
+        record.said(list(observation))
         while not record.done:
             if spec.max_turns is not None and len(record.turns) >= spec.max_turns:
                 record.truncated = True
@@ -100,8 +104,11 @@ class EpisodeRunner:
         if generation.finish_reason == "abort":
             record.fail("the generation was aborted")
             return
-        step = await step_env(env, self._codec.decode(generation.token_ids), self._metrics)
+        action = self._codec.decode(generation.token_ids)
+        record.said([{"role": "assistant", "content": action}])
+        step = await step_env(env, action, self._metrics)
         record.env_step(step)
+        record.said(step.observation)
         if not record.done and step.observation:
             stopped = generation.finish_reason == "stop"
             record.env_reply(self._codec.continuation(step.observation, stopped=stopped))
