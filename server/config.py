@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
@@ -27,6 +27,34 @@ InFlightPolicy = Literal["finish", "abort"]
 
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SpeculationConfig(_Config):
+    """vLLM's n-gram speculative decoding, under a gate (``server.engine.speculation``).
+
+    Off by default: drafts pay only on repetitive output. When on, the engine starts with
+    the drafter and the gate keeps drafting on only while the acceptance rate stays at
+    ``min_acceptance`` or more and tokens per busy second stay within ``tolerance`` of the
+    plain rate measured just before; otherwise drafting stops and is probed again after
+    ``probe_after_s`` (doubling while probes fail).
+    """
+
+    enabled: bool = False
+    gate: bool = Field(True, description="False: draft always (benchmarks, tests)")
+    num_speculative_tokens: int = Field(3, ge=1, le=16)
+    prompt_lookup_max: int = Field(3, ge=1)
+    prompt_lookup_min: int = Field(1, ge=1)
+    min_acceptance: float = Field(0.3, ge=0, le=1)
+    tolerance: float = Field(0.05, ge=0, lt=1, description="rate drop allowed vs plain")
+    window_tokens: int = Field(2048, ge=32, description="a window closes after this many...")
+    window_s: float = Field(10.0, gt=0, description="...or this many busy seconds")
+    probe_after_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _lookup(self) -> SpeculationConfig:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("speculation.prompt_lookup_min must be <= prompt_lookup_max")
+        return self
 
 
 class EngineConfig(_Config):
@@ -67,6 +95,7 @@ class EngineConfig(_Config):
         default_factory=SamplingSettings, description="defaults of the OpenAI routes"
     )
     warmup: bool = Field(True, description="run one sampled request with logprobs at start")
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
 
     @field_validator("model_dir")
     @classmethod

@@ -9,6 +9,11 @@ Versions: vLLM stamps each output token with the engine's weight version; the en
 it to ``str(policy_version)`` after each swap, and a ``Generation`` takes its version from
 those stamps (a generation spanning two versions would be a bug and raises).
 
+Speculative decoding (``EngineConfig.speculation``): the engine starts with vLLM's n-gram
+drafter and ``server.engine.speculation`` switches drafting on and off by measured
+acceptance and rate; ``meter`` adds up the engine's steps (tokens, busy time, drafts) from
+vLLM's stat-logger records either way.
+
 Weight swaps (see ``EngineConfig.in_flight``): new requests wait while a swap runs; with
 ``finish`` vLLM drains the running requests on the old weights first, with ``abort`` it
 aborts them and this class submits them again on the new weights. Then the workers reload
@@ -18,7 +23,9 @@ the weights, the prefix cache is reset, the version moves, and generation resume
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import uuid
@@ -27,6 +34,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import EngineConfig, InFlightPolicy
+from rollgym.server.engine.speculation import (
+    EngineMeter,
+    SpeculationController,
+    SpeculationGate,
+    WindowRule,
+)
 from rollgym.server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
 from rollgym.server.policy import FinishReason, Generation
 from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights
@@ -67,6 +80,9 @@ class VLLMEngine:
             checkpoint_files(config.model_dir), dtype=TORCH_DTYPE.get(config.dtype)
         )
         self._last_good = StagedWeights(tuple(checkpoint_files(config.model_dir)), nbytes=0)
+        self.meter = EngineMeter()
+        self.speculation: SpeculationController | None = None
+        self._gate_task: asyncio.Task[None] | None = None
 
     # --- life -----------------------------------------------------------------------------
 
@@ -89,17 +105,40 @@ class VLLMEngine:
             seed=c.seed,
             worker_extension_cls=WORKER_EXTENSION,
             weight_transfer_config=_weight_transfer(c),
+            speculative_config=_speculative(c),
         )
         vllm_config = args.create_engine_config()
         # A stat logger of our own turns on per-request timings without vLLM's default
-        # loggers (whose Prometheus metrics live in a process-global registry).
+        # loggers (whose Prometheus metrics live in a process-global registry); it feeds
+        # the meter.
         self._llm = AsyncLLM.from_vllm_config(
-            vllm_config, stat_loggers=[_quiet_stat_logger], disable_log_stats=True
+            vllm_config,
+            stat_loggers=[functools.partial(_metering_stat_logger, self.meter)],
+            disable_log_stats=True,
         )
         await self._llm.update_weight_version(str(self._version))
+        if c.speculation.enabled:
+            await self._llm.collective_rpc("rollgym_fix_cpu_spec_sampling")
         self._serving.set()
         if c.warmup:
             await self._warm_up()
+        if c.speculation.enabled and c.speculation.gate:
+            self._start_gate()
+
+    def _start_gate(self) -> None:
+        s = self.config.speculation
+        gate = SpeculationGate(
+            min_acceptance=s.min_acceptance, tolerance=s.tolerance, probe_after_s=s.probe_after_s
+        )
+        rule = WindowRule(tokens=s.window_tokens, busy_s=s.window_s)
+        self.speculation = SpeculationController(gate, self.meter, rule, self.set_drafting)
+        self._gate_task = asyncio.create_task(self.speculation.run())
+
+    async def set_drafting(self, on: bool) -> None:
+        """Let the n-gram drafter draft, or not (the gate's switch; see the module docstring)."""
+        if not self.config.speculation.enabled:
+            raise NotEnabled("speculative decoding is off: set engine.speculation.enabled")
+        await self._engine().collective_rpc("rollgym_set_drafting", args=(on,))
 
     async def _warm_up(self) -> None:
         """One sampled request with logprobs: the first one pays one-time set-up costs."""
@@ -107,6 +146,11 @@ class VLLMEngine:
         await asyncio.gather(*(self.generate([1, 2, 3, i], settings) for i in range(4)))
 
     async def close(self) -> None:
+        if self._gate_task is not None:
+            self._gate_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._gate_task
+            self._gate_task = None
         if self._llm is not None:
             self._serving.clear()
             self._llm.shutdown()
@@ -295,6 +339,18 @@ class VLLMEngine:
             )
 
 
+def _speculative(config: EngineConfig) -> dict[str, Any] | None:
+    s = config.speculation
+    if not s.enabled:
+        return None
+    return {
+        "method": "ngram",
+        "num_speculative_tokens": s.num_speculative_tokens,
+        "prompt_lookup_max": s.prompt_lookup_max,
+        "prompt_lookup_min": s.prompt_lookup_min,
+    }
+
+
 def _weight_transfer(config: EngineConfig) -> Any:
     if config.weight_transfer != "nccl":
         return None
@@ -326,17 +382,28 @@ def _sampled_logprobs(logprobs: Any, count: int) -> list[float]:
     return [float(logprobs.logprobs[logprobs.start_indices[i]]) for i in range(count)]
 
 
-def _quiet_stat_logger(vllm_config: Any, engine_index: int = 0) -> Any:
+def _metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: int = 0) -> Any:
+    """A vLLM stat logger that logs nothing and hands each engine step to ``meter``."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    class QuietStatLogger(StatLoggerBase):
+    class MeteringStatLogger(StatLoggerBase):
         def __init__(self, vllm_config: Any, engine_index: int = 0):
             pass
 
-        def record(self, *args: Any, **kwargs: Any) -> None:
-            pass
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any
+        ) -> None:
+            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
+            meter.step(
+                generated=iteration_stats.num_generation_tokens if iteration_stats else 0,
+                prompt=iteration_stats.num_prompt_tokens if iteration_stats else 0,
+                running=bool(scheduler_stats and scheduler_stats.num_running_reqs),
+                drafts=spec.num_drafts if spec else 0,
+                drafted=spec.num_draft_tokens if spec else 0,
+                accepted=spec.num_accepted_tokens if spec else 0,
+            )
 
         def log_engine_initialized(self) -> None:
             pass
 
-    return QuietStatLogger(vllm_config, engine_index)
+    return MeteringStatLogger(vllm_config, engine_index)
