@@ -28,6 +28,7 @@ from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
+from rollgym.server.cost import CostCollector, CostMeter, live_board
 from rollgym.server.dashboard import router as dashboard
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
@@ -86,12 +87,21 @@ async def _services(
         await engine.start()
         stack.push_async_callback(engine.close)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
+        cost = _cost_meter(settings, engine)
+        metrics.registry.register(CostCollector(lambda: live_board(cost, recorder)))
         buffer = await stack.enter_async_context(
-            ObservedBuffer(settings.buffer_path, settings.buffer, recorder=recorder)
+            ObservedBuffer(
+                settings.buffer_path,
+                settings.buffer,
+                recorder=recorder,
+                listeners=[cost.group_stored],
+            )
         )
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
         envs = RegistryEnvs(lambda: pool)
-        policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
+        policy = ObservedEngine(
+            engine, metrics.record_generation, recorder.sampling_span, cost.observe
+        )
         episodes = EpisodeRunner(
             policy, codec, envs, max_model_len=settings.engine.max_model_len, metrics=metrics
         )
@@ -109,7 +119,7 @@ async def _services(
             aliases=engine.tied_aliases(),
         )
         metrics.policy_version.set(engine.policy_version)
-        reader = functools.partial(_reading, metrics, engine, buffer)
+        reader = functools.partial(_reading, metrics, engine, buffer, cost)
         dashboard_sampler = asyncio.create_task(sample(recorder, reader))
         stack.push_async_callback(_cancel, dashboard_sampler)
         yield Services(
@@ -123,14 +133,30 @@ async def _services(
             weights=weights,
             metrics=metrics,
             dashboard=recorder,
+            cost=cost,
             pool=pool,
         )
 
 
 def _reading(
-    metrics: ServerMetrics, engine: ServingEngine, buffer: TrajectoryBuffer, at: float
+    metrics: ServerMetrics,
+    engine: ServingEngine,
+    buffer: TrajectoryBuffer,
+    cost: CostMeter,
+    at: float,
 ) -> Reading:
+    cost.tick(at)
     return read_server(metrics.registry, engine.policy_version, buffer.depth, at=at)
+
+
+def _cost_meter(settings: ServerSettings, engine: ServingEngine) -> CostMeter:
+    """The cost board's meter, with the engine's step meter and gate where it has them."""
+    return CostMeter(
+        settings.cost,
+        engine_meter=getattr(engine, "meter", None),
+        speculation=getattr(engine, "speculation", None),
+        serving_dtype=settings.engine.dtype,
+    )
 
 
 def _vllm_engine(config: EngineConfig) -> ServingEngine:

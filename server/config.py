@@ -174,6 +174,15 @@ class DashboardConfig(_Config):
     trainer_reports: int = Field(10_000, ge=1, description="trainer step reports kept")
 
 
+class CostConfig(_Config):
+    """The cost board (``server.cost``): the machine's price and the rates' window."""
+
+    price_per_hour: float | None = Field(
+        None, ge=0, description="price of one machine-hour (any currency); None: costs unset"
+    )
+    window_s: float = Field(60.0, gt=0, description="window of the tokens/s rates")
+
+
 class ServerSettings(BaseSettings):
     """Everything ``rollgym serve`` needs; see the module docstring for the variables."""
 
@@ -195,6 +204,7 @@ class ServerSettings(BaseSettings):
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
 
     @field_validator("admin_token")
     @classmethod

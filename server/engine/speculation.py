@@ -94,6 +94,8 @@ class SpeculationGate:
         self.acceptance: float | None = None  # last window with drafts
         self.switches = 0
         self.next_probe_at: float | None = None
+        self.on_tokens = 0  # generated in windows with drafting on (what it saved is
+        self.on_busy_s = 0.0  # on_tokens / plain_rate - on_busy_s)
         self._wait_s = probe_after_s
 
     @property
@@ -103,6 +105,8 @@ class SpeculationGate:
     def close_window(self, window: Window, *, now: float) -> bool:
         """Judge a finished window; returns whether to draft in the next one."""
         if self.state == "on":
+            self.on_tokens += window.tokens
+            self.on_busy_s += window.busy_s
             self.on_rate = window.rate
             self.acceptance = window.acceptance
             self._judge(now)

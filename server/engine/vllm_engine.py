@@ -64,6 +64,7 @@ class _Attempt:
     cached_tokens: int
     queue_s: float
     model_s: float
+    prefill_s: float
 
 
 class VLLMEngine:
@@ -199,7 +200,7 @@ class VLLMEngine:
             )
         params = _sampling_params(sampling, min(sampling.max_tokens, room), stop_token_ids)
         base_id = request_id or uuid.uuid4().hex
-        queue_s = model_s = 0.0
+        queue_s = model_s = prefill_s = 0.0
         attempt = 0
         while True:
             await self._serving.wait()
@@ -207,6 +208,7 @@ class VLLMEngine:
             result = await self._submit(prompt_ids, params, f"{base_id}-{attempt}")
             queue_s += result.queue_s
             model_s += result.model_s
+            prefill_s += result.prefill_s
             if result.finish_reason != "abort" or self._swaps == swaps:
                 break
             attempt += 1  # aborted by a weight swap: run again on the new weights
@@ -219,6 +221,7 @@ class VLLMEngine:
             cached_tokens=result.cached_tokens,
             queue_s=queue_s,
             model_s=model_s,
+            prefill_s=prefill_s,
         )
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
@@ -245,6 +248,7 @@ class VLLMEngine:
             cached_tokens=final.num_cached_tokens or 0,
             queue_s=max(stats.scheduled_ts - stats.queued_ts, 0.0) if stats else 0.0,
             model_s=max(stats.last_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
+            prefill_s=max(stats.first_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
         )
 
     def _version_of(self, stamps: set[str]) -> int:
