@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from rollgym.data.chat import ChatRecord, ChatTurn, write_jsonl
+from rollgym.contract.chat import ChatRecord, ChatTurn, write_jsonl
 from rollgym.data.curate import CurationReport
 from rollgym.data.rows import DataRow, columns, features
 

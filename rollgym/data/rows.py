@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from rollgym.contract.wire import Trajectory
-from rollgym.data.chat import chat_record
+from rollgym.contract.chat import chat_record
 
 RowOutcome = Literal["generated", "trained", "stale", "invalid"]
 

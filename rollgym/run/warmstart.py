@@ -7,7 +7,7 @@ mix the oracle (binary search over the range the feedback leaves open) with impe
 then guesses well but not optimally, which leaves room for RL to improve its success rate.
 
 The demonstrations travel in the data format of ``rollgym generate`` and ``rollgym export``
-(OpenAI chat records, ``rollgym.data.chat``): the built-in ones are converted to it, and
+(OpenAI chat records, ``rollgym.contract.chat``): the built-in ones are converted to it, and
 ``demonstrations`` adds the records of a ``chat.jsonl`` (say, successful episodes that
 ``rollgym generate --min-reward 1`` sampled from a stronger model).
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollgym.data.chat import ChatRecord, chat_record, read_jsonl, template_messages
+from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
 from rollgym.server.chat import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"

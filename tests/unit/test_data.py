@@ -10,7 +10,7 @@ from server_fakes import ADMIN, engine_factory, guessing_script, in_process, set
 
 from rollgym.contract.archive import ArchivePage
 from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
-from rollgym.data.chat import ChatRecord, chat_record, read_jsonl, template_messages
+from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
 from rollgym.data.curate import CurateConfig, curate
 from rollgym.data.dedup import Deduplicator, MinHasher, actions, exact_key
 from rollgym.data.export import write_export
@@ -265,7 +265,7 @@ def _model_run(trajectory: Trajectory) -> int:
 
 
 def test_warm_start_demonstrations_go_through_the_chat_format(tmp_path, default_model_dir) -> None:
-    from rollgym.data.chat import write_jsonl
+    from rollgym.contract.chat import write_jsonl
     from rollgym.envs.guess_demos import demonstrations
     from rollgym.run.warmstart import (
         WarmStartConfig,

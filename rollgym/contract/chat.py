@@ -1,5 +1,8 @@
 """The OpenAI chat fine-tuning format, to and from rollgym's conversations.
 
+A contract: ``rollgym export`` and ``rollgym generate`` write it (``rollgym.data``) and
+the SFT warm start reads its demonstrations in it, wherever that lives.
+
 A rollgym conversation is plain ``role``/``content`` text (``Trajectory.messages``); a
 model calls tools by writing ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
 in its message, and each call gets one ``tool`` message back, in order. OpenAI's format
