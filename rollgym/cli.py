@@ -15,6 +15,7 @@ from rollgym.cluster.commands import add_cluster_commands
 from rollgym.contract import paths
 from rollgym.data.commands import add_data_commands
 from rollgym.models.commands import add_model_commands
+from rollgym.precision.commands import add_eval_commands
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -137,6 +138,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_cluster_commands(commands)
     _add_training_commands(commands)
     add_data_commands(commands)
+    add_eval_commands(commands)
     return parser
 
 

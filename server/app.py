@@ -37,6 +37,7 @@ from rollgym.server.engine.base import ServingEngine
 from rollgym.server.engine.observed import ObservedEngine
 from rollgym.server.errors import ServerError
 from rollgym.server.metrics import ServerMetrics
+from rollgym.server.precision import admitted_verdict, serving_precision
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
@@ -150,12 +151,15 @@ def _reading(
 
 
 def _cost_meter(settings: ServerSettings, engine: ServingEngine) -> CostMeter:
-    """The cost board's meter, with the engine's step meter and gate where it has them."""
+    """The cost board's meter, with the engine's step meter and gate where it has them,
+    and the speed-up the precision gate measured when serving below training precision."""
+    verdict = admitted_verdict(settings.engine)
     return CostMeter(
         settings.cost,
         engine_meter=getattr(engine, "meter", None),
         speculation=getattr(engine, "speculation", None),
-        serving_dtype=settings.engine.dtype,
+        serving_dtype=serving_precision(settings.engine),
+        precision_speedup=verdict.speedup if verdict else None,
     )
 
 

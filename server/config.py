@@ -72,6 +72,14 @@ class EngineConfig(_Config):
     model_dir: Path = Field(default_factory=paths.default_model_dir)
     served_model_name: str | None = Field(None, description="default: the model dir's name")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    training_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="the trainer's precision: serving below it needs the red line's verdict "
+        "(server.precision)",
+    )
+    quantization: Literal["fp8"] | None = Field(
+        None, description="FP8 weights (vLLM's GPU build only); gated like a lower dtype"
+    )
     enforce_eager: bool = True
     max_model_len: int = Field(2048, ge=64)
     kv_cache_gib: float = Field(1.0, gt=0, description="KV-cache space")
@@ -205,6 +213,13 @@ class ServerSettings(BaseSettings):
     sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
+
+    @model_validator(mode="after")
+    def _precision_admitted(self) -> ServerSettings:
+        from rollgym.server.precision import admitted_verdict
+
+        admitted_verdict(self.engine)  # raises, with the command to run, when not admitted
+        return self
 
     @field_validator("admin_token")
     @classmethod

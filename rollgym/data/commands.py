@@ -134,6 +134,7 @@ def _sample_local(config: GenerateConfig, args: argparse.Namespace) -> list[Traj
     import asyncio
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as `rollgym serve`
     from rollgym.data.generate import generate_local
     from rollgym.server.config import EngineConfig
 

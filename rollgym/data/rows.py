@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rollgym.contract.wire import Trajectory
 from rollgym.contract.chat import chat_record
+from rollgym.contract.wire import Trajectory
 
 RowOutcome = Literal["generated", "trained", "stale", "invalid"]
 

@@ -92,6 +92,8 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         c = self.config
+        if c.quantization is not None and not _has_cuda():
+            raise NotEnabled(f"{c.quantization} quantization needs vLLM's GPU build and a GPU")
         args = AsyncEngineArgs(
             model=str(c.model_dir),
             served_model_name=c.model_name,
@@ -107,6 +109,7 @@ class VLLMEngine:
             worker_extension_cls=WORKER_EXTENSION,
             weight_transfer_config=_weight_transfer(c),
             speculative_config=_speculative(c),
+            quantization=c.quantization,
         )
         vllm_config = args.create_engine_config()
         # A stat logger of our own turns on per-request timings without vLLM's default
@@ -341,6 +344,12 @@ class VLLMEngine:
                 "NCCL weight transfer is off: start the server with "
                 "ROLLGYM_ENGINE__WEIGHT_TRANSFER=nccl on a GPU host"
             )
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _speculative(config: EngineConfig) -> dict[str, Any] | None:

@@ -9,8 +9,8 @@ import pytest
 from server_fakes import ADMIN, engine_factory, guessing_script, in_process, settings
 
 from rollgym.contract.archive import ArchivePage
-from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
 from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
+from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
 from rollgym.data.curate import CurateConfig, curate
 from rollgym.data.dedup import Deduplicator, MinHasher, actions, exact_key
 from rollgym.data.export import write_export
