@@ -12,7 +12,8 @@ least ``threshold``. The actions are cut into shingles of ``shingle`` consecutiv
 ids (a turn shorter than that is one shingle; turns never share a shingle) and the
 similarity is estimated by MinHash (Broder, 1997):
 
-* each shingle is hashed to an integer ``x``; ``num_perm`` hash functions
+* each shingle is read as an integer ``x`` (a polynomial in its token ids, mod ``p``);
+  ``num_perm`` hash functions
   ``h_i(x) = (a_i x + b_i) mod p`` (``p = 2^31 - 1``, fixed seeds) each keep their minimum
   over the shingles; the share of equal minima between two signatures estimates their
   Jaccard similarity (standard error ``sqrt(J(1-J)/num_perm)``);
@@ -42,6 +43,7 @@ from typing import Literal
 import numpy as np
 
 _PRIME = (1 << 31) - 1
+_BASE = 1_000_003
 Scope = Literal["prompt", "all"]
 
 
@@ -76,23 +78,30 @@ class MinHasher:
         self._a = rng.integers(1, _PRIME, num_perm, dtype=np.uint64)
         self._b = rng.integers(0, _PRIME, num_perm, dtype=np.uint64)
 
-    def shingles(self, runs: Iterable[Sequence[int]]) -> set[tuple[int, ...]]:
-        out: set[tuple[int, ...]] = set()
-        k = self.shingle
+    def shingle_hashes(self, runs: Iterable[Sequence[int]]) -> np.ndarray:
+        """Each distinct shingle as an integer below ``p``: ``sum t_i B^(k-1-i) mod p``,
+        ``B`` a fixed odd base (a turn shorter than ``k`` tokens is one shingle)."""
+        k, parts = self.shingle, []
         for run in runs:
-            if len(run) <= k:
-                out.add(tuple(run))
-            else:
-                out.update(tuple(run[i : i + k]) for i in range(len(run) - k + 1))
-        return out
+            tokens = np.asarray(run, dtype=np.int64) % _PRIME
+            if len(tokens) == 0:
+                continue
+            if len(tokens) < k:
+                tokens = np.concatenate([tokens, np.full(k - len(tokens), _PRIME - 1)])
+            windows = np.lib.stride_tricks.sliding_window_view(tokens, k)
+            value = np.zeros(len(windows), dtype=np.int64)
+            for i in range(k):  # Horner, reduced at each step: stays below 2^62
+                value = (value * _BASE + windows[:, i]) % _PRIME
+            parts.append(value)
+        if not parts:
+            return np.empty(0, dtype=np.uint64)
+        return np.unique(np.concatenate(parts)).astype(np.uint64)
 
     def signature(self, runs: Iterable[Sequence[int]]) -> np.ndarray:
         """The ``num_perm`` minima; an empty action set gets all-``p`` (similar only to itself)."""
-        shingles = self.shingles(runs)
-        if not shingles:
+        x = self.shingle_hashes(runs)
+        if len(x) == 0:
             return np.full(self.num_perm, _PRIME, dtype=np.uint64)
-        # hash() of a tuple of ints is stable across processes (only str/bytes are salted)
-        x = np.fromiter((hash(s) % _PRIME for s in shingles), dtype=np.uint64, count=len(shingles))
         values = (np.outer(self._a, x) + self._b[:, None]) % _PRIME
         result: np.ndarray = values.min(axis=1)
         return result

@@ -64,12 +64,10 @@ def write_export(
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     if "dataset" in formats or "parquet" in formats:
-        schema = features()
-        dataset = (
-            Dataset.from_dict(columns(rows), features=schema)
-            if rows
-            else Dataset(schema.arrow_schema.empty_table())
-        )
+        import pyarrow as pa
+
+        schema = features()  # the Arrow table directly: datasets' from_dict is much slower
+        dataset = Dataset(pa.Table.from_pydict(columns(rows), schema=schema.arrow_schema))
         if "dataset" in formats:
             target = out_dir / "dataset"
             shutil.rmtree(target, ignore_errors=True)

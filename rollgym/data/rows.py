@@ -57,9 +57,10 @@ def row_of(trajectory: Trajectory, outcome: RowOutcome) -> DataRow:
     """The row of ``trajectory``; ``policy_version`` is its lowest (the staleness rule's)."""
     messages: list[dict[str, Any]] = []
     if trajectory.messages:
-        record = chat_record([m.model_dump() for m in trajectory.messages], trajectory.tools)
-        messages = [m.model_dump(exclude_none=True) for m in record.messages]
-    return DataRow(
+        said = [{"role": m.role, "content": m.content} for m in trajectory.messages]
+        messages = chat_record(said).model_dump(exclude_none=True)["messages"]
+    # the trajectory was validated when it was made: construct without validating again
+    return DataRow.model_construct(
         id=trajectory.id,
         group_id=trajectory.group_id,
         env_id=trajectory.env_id,

