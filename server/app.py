@@ -160,6 +160,7 @@ def _cost_meter(settings: ServerSettings, engine: ServingEngine) -> CostMeter:
         speculation=getattr(engine, "speculation", None),
         serving_dtype=serving_precision(settings.engine),
         precision_speedup=verdict.speedup if verdict else None,
+        precision_kl=verdict.candidate.kl_to_training if verdict else None,
     )
 
 

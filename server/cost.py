@@ -18,7 +18,7 @@ rollgym_cost_per_trained_sample             gauge  at the price per machine-hour
 rollgym_saving_machine_seconds{saving}      gauge  prefix_cache, speculative_decoding, precision
 rollgym_spec_decode_drafting                gauge  1 while the drafter drafts
 rollgym_spec_decode_acceptance              gauge  accepted / drafted, last window with drafts
-rollgym_spec_decode_tokens_per_second{mode} gauge  per busy second: plain, drafting
+rollgym_spec_decode_tokens_per_second{mode} gauge  per sequence-second: plain, drafting
 rollgym_spec_decode_draft_tokens_total      count  drafted tokens (vLLM's spec-decode counters)
 rollgym_spec_decode_accepted_tokens_total   count  accepted draft tokens
 rollgym_spec_decode_switches_total          count  gate switches
@@ -28,8 +28,8 @@ Savings are estimates from this run's own measurements, in machine-seconds (busy
 times the engine's share of the machine):
 
 * prefix cache: cached prompt tokens x the measured prefill seconds per uncached token;
-* speculative decoding: tokens generated while drafting / the plain rate - the busy time
-  they took (negative when drafting cost time);
+* speculative decoding: the busy time spent drafting x (its speed / the plain speed - 1)
+  (negative when drafting cost time);
 * precision: busy time x (the lower precision's measured speed-up - 1), when the server
   serves in a lower precision than training and the precision gate measured both.
 """
@@ -42,14 +42,14 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Literal
 
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rollgym.contract.cost import CostBoard, Saving, SpeculationView
-from rollgym.contract.wire import TrajectoryGroup
+from rollgym.contract.wire import Trajectory, TrajectoryGroup
 from rollgym.server.config import CostConfig
 from rollgym.server.dashboard.recorder import DashboardRecorder
 from rollgym.server.engine.speculation import EngineMeter, SpeculationController
@@ -119,7 +119,7 @@ class LongTail:
         return self.waiting_s / self.group_s if self.group_s > 0 else None
 
 
-def _started(trajectory: Any) -> float:
+def _started(trajectory: Trajectory) -> float:
     """An episode's start: its end minus every turn's model, queue and env time."""
     spent = sum(t.model_s + t.queue_s + t.env_s for t in trajectory.turns)
     return float(trajectory.created_at - spent)
@@ -137,6 +137,7 @@ class CostMeter:
         speculation: SpeculationController | None = None,
         serving_dtype: str = "float32",
         precision_speedup: float | None = None,
+        precision_kl: float | None = None,
         clock: Clock = time.time,
     ):
         self.config = config
@@ -145,6 +146,7 @@ class CostMeter:
         self.speculation = speculation
         self.serving_dtype = serving_dtype
         self.precision_speedup = precision_speedup
+        self.precision_kl = precision_kl
         self._clock = clock
         self.started_at = clock()
         self._device_at_start = self.device.seconds()
@@ -185,23 +187,25 @@ class CostMeter:
     ) -> CostBoard:
         now = self._clock()
         price = self.config.price_per_hour
-        first, last = (self._ticks[0], self._ticks[-1]) if self._ticks else (None, None)
-        window = last.at - first.at if first and last else 0.0
-        per_s = (lambda a, b: (a - b) / window) if window > 0 else (lambda a, b: 0.0)
-        device_s = last.device_s if last else 0.0
-        per_1k = 1000 * device_s / last.generated if last and last.generated else None
+        first = self._ticks[0] if self._ticks else _Tick(now, 0.0, 0, 0)
+        last = self._ticks[-1] if self._ticks else first
+        window = last.at - first.at
+        generated_per_s, prompt_per_s = (
+            ((last.generated - first.generated) / window, (last.prompt - first.prompt) / window)
+            if window > 0
+            else (0.0, 0.0)
+        )
+        per_1k = 1000 * last.device_s / last.generated if last.generated else None
         machine_per_1k = per_1k / self.device.devices if per_1k is not None else None
         wall = now - self.started_at
         per_sample = wall / trained_samples if trained_samples else None
-        share = self._engine_share(device_s)
+        share = self._engine_share(last.device_s)
         return CostBoard(
             device=self.device.kind,
             devices=self.device.devices,
             window_s=window,
-            generated_tokens_per_s=per_s(last.generated, first.generated)
-            if last and first
-            else 0.0,
-            prompt_tokens_per_s=per_s(last.prompt, first.prompt) if last and first else 0.0,
+            generated_tokens_per_s=generated_per_s,
+            prompt_tokens_per_s=prompt_per_s,
             device_s_per_1k_tokens=per_1k,
             machine_s_per_1k_tokens=machine_per_1k,
             long_tail_share=self.long_tail.share,
@@ -215,6 +219,7 @@ class CostMeter:
             savings=[_worth(s, price) for s in self._savings(share)],
             speculation=self.speculation_view(now),
             serving_dtype=self.serving_dtype,
+            precision_kl=self.precision_kl,
         )
 
     def _engine_share(self, device_s: float) -> float:
@@ -236,13 +241,13 @@ class CostMeter:
 
     def _speculation_saving(self, share: float) -> Saving:
         gate = self.speculation.gate if self.speculation else None
-        if gate is None or not gate.plain_rate or not gate.on_tokens:
+        if gate is None or not gate.plain_speed or not gate.on_speed or not gate.on_busy_s:
             return Saving(name="speculative_decoding", machine_s=None, note="no drafting window")
-        plain_time = gate.on_tokens / gate.plain_rate
+        speedup = gate.on_speed / gate.plain_speed
         return Saving(
             name="speculative_decoding",
-            machine_s=(plain_time - gate.on_busy_s) * share,
-            note=f"{gate.on_tokens} tokens sampled while drafting vs the plain rate",
+            machine_s=gate.on_busy_s * (speedup - 1) * share,
+            note=f"{gate.on_busy_s:.0f} busy s drafting at {speedup:.2f}x the plain speed",
         )
 
     def _precision_saving(self, share: float) -> Saving:
@@ -273,8 +278,8 @@ class CostMeter:
             drafting=gate.drafting,
             acceptance=gate.acceptance,
             acceptance_total=accepted / drafted if drafted else None,
-            plain_tokens_per_s=gate.plain_rate,
-            drafting_tokens_per_s=gate.on_rate,
+            plain_tokens_per_s=gate.plain_speed,
+            drafting_tokens_per_s=gate.on_speed,
             drafted_tokens=drafted,
             accepted_tokens=accepted,
             switches=gate.switches,

@@ -34,8 +34,10 @@ class SpeculationView(BaseModel):
     drafting: bool = False
     acceptance: float | None = Field(None, description="accepted / drafted, last window on")
     acceptance_total: float | None = Field(None, description="accepted / drafted, since start")
-    plain_tokens_per_s: float | None = Field(None, description="per busy second, drafts off")
-    drafting_tokens_per_s: float | None = Field(None, description="per busy second, drafts on")
+    plain_tokens_per_s: float | None = Field(
+        None, description="tokens per sequence-second (per running request), drafts off"
+    )
+    drafting_tokens_per_s: float | None = Field(None, description="... drafts on")
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     switches: int = 0
@@ -68,3 +70,8 @@ class CostBoard(BaseModel):
     savings: list[Saving] = Field(default_factory=list)
     speculation: SpeculationView = Field(default_factory=SpeculationView)
     serving_dtype: str = "float32"
+    precision_kl: float | None = Field(
+        None,
+        description="KL(behaviour || training precision) per token that the precision gate "
+        "measured for the lower precision served (None: serving the training precision)",
+    )

@@ -260,6 +260,7 @@ function costBoard(cost) {
     ["sampling : training (busy s)", cost.sampling_training_ratio === null ? "-" : `${cost.sampling_training_ratio.toFixed(2)} : 1`],
     ["prefix-cache hit rate", cost.prefix_cache_hit_rate === null ? "-" : `${(100 * cost.prefix_cache_hit_rate).toFixed(0)}%`],
     ["serving precision", cost.serving_dtype],
+    ["behaviour -> training KL per token (precision gate)", cost.precision_kl === null ? "-" : cost.precision_kl.toExponential(2)],
   ]);
   const p = price(cost);
   rows("budget-table", [
@@ -274,7 +275,7 @@ function costBoard(cost) {
   rows("speculation-table", spec.enabled ? [
     ["state", `${spec.state}${spec.drafting ? " (drafting)" : ""}`],
     ["acceptance, last window / since start", `${fixed(spec.acceptance, 2)} / ${fixed(spec.acceptance_total, 2)}`],
-    ["tokens per busy s: plain / drafting", `${fixed(spec.plain_tokens_per_s, 0)} / ${fixed(spec.drafting_tokens_per_s, 0)}`],
+    ["tokens/s per sequence: plain / drafting", `${fixed(spec.plain_tokens_per_s, 1)} / ${fixed(spec.drafting_tokens_per_s, 1)}`],
     ["drafted / accepted tokens", `${spec.drafted_tokens} / ${spec.accepted_tokens}`],
     ["switches", String(spec.switches)],
     ["next probe in", spec.next_probe_in_s === null ? "-" : seconds(spec.next_probe_in_s)],

@@ -15,10 +15,12 @@ it under ``SpeculationGate``, fed by ``EngineMeter`` windows of the engine's own
   it probes (on again for a window). Each failed probe doubles the wait, up to
   ``max_probe_after_s``; a probe that pays resets it.
 
-Rates are per *busy* second (time the engine had requests running), so idle time does not
-count against either mode. They still depend on the load: a window is compared with the
-plain window just before it, and a changing load can make one probe wrong; the next
-window or probe corrects it. The recorded logprobs are the target model's either way
+Speeds are tokens per *sequence-second*: generated tokens over the time each running
+request spent in the engine (the busy time weighted by how many were running), so idle
+time counts against neither mode and a window with fewer requests in flight (a batch's
+tail) is not mistaken for a slower mode, as tokens per wall second would be. They still
+depend on the load somewhat: a window is compared with the plain window just before it,
+and a changing load can make one probe wrong; the next window or probe corrects it. The recorded logprobs are the target model's either way
 (vLLM computes accepted tokens' logprobs from the target's logits).
 
 How the switch works: the engine starts with vLLM's speculative config, so its drafter
@@ -63,10 +65,13 @@ class Window:
     busy_s: float  # time with requests running
     drafted: int = 0
     accepted: int = 0
+    sequence_s: float | None = None  # busy time x requests running; None: one at a time
 
     @property
-    def rate(self) -> float:
-        return self.tokens / self.busy_s if self.busy_s > 0 else 0.0
+    def speed(self) -> float:
+        """Tokens per sequence-second (per busy second when ``sequence_s`` is unknown)."""
+        time_s = self.busy_s if self.sequence_s is None else self.sequence_s
+        return self.tokens / time_s if time_s > 0 else 0.0
 
     @property
     def acceptance(self) -> float | None:
@@ -89,13 +94,12 @@ class SpeculationGate:
         self.probe_after_s = probe_after_s
         self.max_probe_after_s = max_probe_after_s or 16 * probe_after_s
         self.state: State = "baseline"
-        self.plain_rate: float | None = None  # tokens per busy second, drafting off
-        self.on_rate: float | None = None  # ... drafting on, last window
+        self.plain_speed: float | None = None  # tokens per sequence-second, drafting off
+        self.on_speed: float | None = None  # ... drafting on, last window
         self.acceptance: float | None = None  # last window with drafts
         self.switches = 0
         self.next_probe_at: float | None = None
-        self.on_tokens = 0  # generated in windows with drafting on (what it saved is
-        self.on_busy_s = 0.0  # on_tokens / plain_rate - on_busy_s)
+        self.on_busy_s = 0.0  # busy time of the windows with drafting on
         self._wait_s = probe_after_s
 
     @property
@@ -105,13 +109,12 @@ class SpeculationGate:
     def close_window(self, window: Window, *, now: float) -> bool:
         """Judge a finished window; returns whether to draft in the next one."""
         if self.state == "on":
-            self.on_tokens += window.tokens
             self.on_busy_s += window.busy_s
-            self.on_rate = window.rate
+            self.on_speed = window.speed
             self.acceptance = window.acceptance
             self._judge(now)
         else:
-            self.plain_rate = window.rate
+            self.plain_speed = window.speed
             if self.state == "baseline":
                 self._switch("on")
         return self.drafting
@@ -124,8 +127,8 @@ class SpeculationGate:
 
     def _judge(self, now: float) -> None:
         low_acceptance = self.acceptance is not None and self.acceptance < self.min_acceptance
-        floor = (1 - self.tolerance) * (self.plain_rate or 0.0)
-        slower = self.on_rate is not None and self.on_rate < floor
+        floor = (1 - self.tolerance) * (self.plain_speed or 0.0)
+        slower = self.on_speed is not None and self.on_speed < floor
         if low_acceptance or slower:
             self._switch("off")
             self.next_probe_at = now + self._wait_s
@@ -145,8 +148,9 @@ class EngineMeter:
     """Adds up the engine's steps (vLLM's stat-logger records) into windows.
 
     ``step`` is called once per engine step with that step's generated and prompt tokens,
-    whether requests were running, and the spec-decode counters; a step's busy time is
-    the time since the previous step while requests were running.
+    how many requests are running, and the spec-decode counters; the time since the
+    previous step is busy when requests were running then or now, and counts once per
+    request that was running (``sequence_s``).
     """
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic):
@@ -154,26 +158,29 @@ class EngineMeter:
         self.generated_tokens = 0
         self.prompt_tokens = 0
         self.busy_s = 0.0
+        self.sequence_s = 0.0
         self.drafted = 0
         self.accepted = 0
         self.drafts = 0
         self._last_step: float | None = None
-        self._running = False
-        self._mark = Window(0, 0.0)
+        self._running = 0
+        self._mark = Window(0, 0.0, sequence_s=0.0)
 
     def step(
         self,
         *,
         generated: int,
         prompt: int,
-        running: bool,
+        running: int,
         drafts: int = 0,
         drafted: int = 0,
         accepted: int = 0,
     ) -> None:
         now = self._clock()
         if self._last_step is not None and (self._running or running):
-            self.busy_s += now - self._last_step
+            elapsed = now - self._last_step
+            self.busy_s += elapsed
+            self.sequence_s += elapsed * max(self._running, running)
         self._last_step, self._running = now, running
         self.generated_tokens += generated
         self.prompt_tokens += prompt
@@ -182,7 +189,9 @@ class EngineMeter:
         self.accepted += accepted
 
     def totals(self) -> Window:
-        return Window(self.generated_tokens, self.busy_s, self.drafted, self.accepted)
+        return Window(
+            self.generated_tokens, self.busy_s, self.drafted, self.accepted, self.sequence_s
+        )
 
     def since_mark(self) -> Window:
         """The window since the last ``mark``."""
@@ -192,6 +201,7 @@ class EngineMeter:
             now.busy_s - then.busy_s,
             now.drafted - then.drafted,
             now.accepted - then.accepted,
+            (now.sequence_s or 0.0) - (then.sequence_s or 0.0),
         )
 
     def mark(self) -> None:

@@ -416,7 +416,7 @@ def _metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: in
             meter.step(
                 generated=iteration_stats.num_generation_tokens if iteration_stats else 0,
                 prompt=iteration_stats.num_prompt_tokens if iteration_stats else 0,
-                running=bool(scheduler_stats and scheduler_stats.num_running_reqs),
+                running=scheduler_stats.num_running_reqs if scheduler_stats else 0,
                 drafts=spec.num_drafts if spec else 0,
                 drafted=spec.num_draft_tokens if spec else 0,
                 accepted=spec.num_accepted_tokens if spec else 0,

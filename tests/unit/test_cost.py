@@ -117,16 +117,23 @@ def test_speculation_and_precision_savings() -> None:
     gate.close_window(Window(1000, 1.0), now=0)
     gate.close_window(Window(1500, 1.0, drafted=300, accepted=240), now=1)
     controller = SpeculationController(gate, engine_meter, WindowRule(100, 1.0), _noop)
-    cost = meter(clock, engine_meter=engine_meter, speculation=controller, precision_speedup=1.5)
-    engine_meter.step(generated=0, prompt=0, running=True)
+    cost = meter(
+        clock,
+        engine_meter=engine_meter,
+        speculation=controller,
+        precision_speedup=1.5,
+        precision_kl=2e-4,
+    )
+    engine_meter.step(generated=0, prompt=0, running=1)
     clock.now += 2  # 2 busy seconds, 2 CPU-seconds on 2 cores: the engine's share is 1/2
-    engine_meter.step(generated=2500, prompt=0, running=False, drafted=300, accepted=240)
+    engine_meter.step(generated=2500, prompt=0, running=0, drafted=300, accepted=240)
     cost.tick()
     board = cost.board(sampling_busy_s=1.0, training_busy_s=1.0, trained_samples=1)
     saved = {s.name: s.machine_s for s in board.savings}
-    # 1,500 tokens took 1 s drafting; plain they take 1.5 s; x the engine's share
+    # 1 busy s drafting at 1.5x the plain speed saved 0.5 s; x the engine's share
     assert saved["speculative_decoding"] == pytest.approx(0.5 * 0.5)
     assert saved["precision"] == pytest.approx(2.0 * 0.5 * 0.5)  # 2 busy s, 1.5x faster
+    assert board.precision_kl == 2e-4
     view = board.speculation
     assert view.enabled and view.drafting and view.acceptance == pytest.approx(0.8)
     assert (view.drafted_tokens, view.accepted_tokens) == (300, 240)

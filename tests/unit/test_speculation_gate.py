@@ -27,7 +27,7 @@ def test_it_measures_the_plain_rate_first_then_drafts() -> None:
     g = gate()
     assert not g.drafting and g.state == "baseline"
     assert g.close_window(PLAIN, now=0.0)
-    assert g.plain_rate == 1000.0 and g.switches == 1
+    assert g.plain_speed == 1000.0 and g.switches == 1
 
 
 def test_low_acceptance_switches_off_even_when_fast() -> None:
@@ -91,16 +91,22 @@ class Clock:
 def test_the_meter_counts_busy_time_only_while_requests_run() -> None:
     clock = Clock()
     meter = EngineMeter(clock=clock)
-    meter.step(generated=0, prompt=10, running=True)
+    meter.step(generated=0, prompt=10, running=2)
     clock.now = 1.0
-    meter.step(generated=5, prompt=0, running=True, drafts=1, drafted=3, accepted=2)
+    meter.step(generated=5, prompt=0, running=1, drafts=1, drafted=3, accepted=2)
     clock.now = 2.0
-    meter.step(generated=5, prompt=0, running=False)  # the last request finished here
+    meter.step(generated=5, prompt=0, running=0)  # the last request finished here
     clock.now = 10.0
-    meter.step(generated=0, prompt=0, running=False)  # idle: not busy
-    assert meter.totals() == Window(tokens=10, busy_s=2.0, drafted=3, accepted=2)
+    meter.step(generated=0, prompt=0, running=0)  # idle: not busy
+    assert meter.totals() == Window(10, busy_s=2.0, drafted=3, accepted=2, sequence_s=3.0)
+    assert meter.totals().speed == pytest.approx(10 / 3)  # tokens per sequence-second
     meter.mark()
-    assert meter.since_mark() == Window(0, 0.0)
+    assert meter.since_mark() == Window(0, 0.0, sequence_s=0.0)
+
+
+def test_speed_is_per_running_request() -> None:
+    # the same per-request speed at 8 requests and at 2: a batch's tail is not "slower"
+    assert Window(800, 1.0, sequence_s=8.0).speed == Window(200, 1.0, sequence_s=2.0).speed
 
 
 class SimulatedEngine:
@@ -125,7 +131,7 @@ class SimulatedEngine:
             self.meter.step(
                 generated=round(rate * 0.1),
                 prompt=0,
-                running=True,
+                running=1,
                 drafted=drafted,
                 accepted=round(drafted * self.acceptance),
             )
@@ -155,7 +161,7 @@ async def test_the_controller_keeps_the_better_mode(on_rate, acceptance, draftin
     await drive(engine, controller, 30)
     assert engine.switches[0] is False  # the baseline window runs without drafts
     assert engine.drafting is drafting_at_the_end
-    assert controller.gate.plain_rate == pytest.approx(1000.0)
+    assert controller.gate.plain_speed == pytest.approx(1000.0)
 
 
 async def test_the_controller_probes_again_later() -> None:
