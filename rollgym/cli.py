@@ -11,7 +11,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rollgym.cluster.commands import add_cluster_commands
+from rollgym.data.commands import add_data_commands
 from rollgym.models.commands import add_model_commands
+from rollgym.precision.commands import add_eval_commands
 from rollgym.run.commands import add_training_commands
 
 
@@ -34,6 +36,8 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
     add_cluster_commands(commands)
     add_training_commands(commands)
+    add_data_commands(commands)
+    add_eval_commands(commands)
     return parser
 
 

@@ -33,6 +33,7 @@ from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
+from rollgym.server.cost import CostCollector, CostMeter, live_board
 from rollgym.server.dashboard import router as dashboard
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
@@ -42,10 +43,11 @@ from rollgym.server.engine.observed import ObservedEngine
 from rollgym.server.errors import ServerError
 from rollgym.server.guards import BodyLimit, LastResort, error_bytes, watch_loop
 from rollgym.server.metrics import ServerMetrics
+from rollgym.server.precision import admitted_verdict, serving_precision
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.routes import admin, agents, openai
+from rollgym.server.routes import admin, agents, archive, openai
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions import SessionManager
 from rollgym.server.weights.base import StagedWeights
@@ -78,6 +80,7 @@ def create_app(
     app.include_router(agents.router)
     app.include_router(openai.router)
     app.include_router(admin.router)
+    app.include_router(archive.router)
     app.include_router(dashboard.router)
     app.include_router(dashboard.admin_router)
     _install_error_handlers(app)
@@ -102,12 +105,21 @@ async def _services(
         stack.push_async_callback(engine.close)
         weights = await _weight_updater(settings, engine, metrics)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
+        cost = _cost_meter(settings, engine)
+        metrics.registry.register(CostCollector(lambda: live_board(cost, recorder)))
         buffer = await stack.enter_async_context(
-            ObservedBuffer(settings.buffer_path, settings.buffer, recorder=recorder)
+            ObservedBuffer(
+                settings.buffer_path,
+                settings.buffer,
+                recorder=recorder,
+                listeners=[cost.group_stored],
+            )
         )
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
         envs = RegistryEnvs(lambda: pool)
-        policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
+        policy = ObservedEngine(
+            engine, metrics.record_generation, recorder.sampling_span, cost.observe
+        )
         max_model_len = settings.engine.max_model_len
         episodes = EpisodeRunner(policy, codec, envs, max_model_len=max_model_len, metrics=metrics)
         runner = RolloutRunner(
@@ -129,7 +141,7 @@ async def _services(
         for task in (sessions.run_sweeper(), watch_loop(metrics)):
             stack.push_async_callback(_cancel, asyncio.create_task(task))
         metrics.policy_version.set(engine.policy_version)
-        reader = functools.partial(_reading, metrics, engine, buffer)
+        reader = functools.partial(_reading, metrics, engine, buffer, cost)
         dashboard_sampler = asyncio.create_task(sample(recorder, reader))
         stack.push_async_callback(_cancel, dashboard_sampler)
         await runner.resume()
@@ -144,6 +156,7 @@ async def _services(
             weights=weights,
             metrics=metrics,
             dashboard=recorder,
+            cost=cost,
             pool=pool,
         )
 
@@ -169,9 +182,28 @@ async def _weight_updater(
 
 
 def _reading(
-    metrics: ServerMetrics, engine: ServingEngine, buffer: TrajectoryBuffer, at: float
+    metrics: ServerMetrics,
+    engine: ServingEngine,
+    buffer: TrajectoryBuffer,
+    cost: CostMeter,
+    at: float,
 ) -> Reading:
+    cost.tick(at)
     return read_server(metrics.registry, engine.policy_version, buffer.depth, at=at)
+
+
+def _cost_meter(settings: ServerSettings, engine: ServingEngine) -> CostMeter:
+    """The cost board's meter, with the engine's step meter and gate where it has them,
+    and the speed-up the precision gate measured when serving below training precision."""
+    verdict = admitted_verdict(settings.engine)
+    return CostMeter(
+        settings.cost,
+        engine_meter=getattr(engine, "meter", None),
+        speculation=getattr(engine, "speculation", None),
+        serving_dtype=serving_precision(settings.engine),
+        precision_speedup=verdict.speedup if verdict else None,
+        precision_kl=verdict.candidate.kl_to_training if verdict else None,
+    )
 
 
 def _vllm_engine(config: EngineConfig) -> ServingEngine:

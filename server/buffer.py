@@ -6,10 +6,14 @@ Group ids are unique, so a retried put never duplicates.
 
 A group's life::
 
-    ready --pull--> leased --ack--> acked (payload dropped; the id stays, so no duplicate)
+    ready --pull--> leased --ack--> acked (payload archived; the id stays, so no duplicate)
       ^               |
       +-- lease timeout (not acked in time: handed out again)
-    ready/leased --pull finds trainer_version - min_version > max_staleness--> stale (counted)
+    ready/leased --pull finds trainer_version - min_version > max_staleness--> stale (counted,
+                                                                            payload archived)
+
+Groups that leave the queue go to the archive (``server.archive``) in the same transaction,
+kept as long as ``BufferConfig.archive_retention_s`` says, for ``rollgym export``.
 
 ``pull`` is a long-poll: it answers once ``num_groups`` groups are ready (then leases them
 together under one ``lease_id``) or when ``timeout_s`` runs out (with what is ready). All
@@ -36,8 +40,10 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
+from rollgym.contract.archive import ArchiveKind, ArchivePage, Outcome
 from rollgym.contract.staleness import oldest_fresh_version
 from rollgym.contract.wire import ErrorCode, PullRequest, PullResponse, Trajectory, TrajectoryGroup
+from rollgym.server import archive
 from rollgym.server.config import BufferConfig
 from rollgym.server.errors import ServerError
 
@@ -139,6 +145,7 @@ class TrajectoryBuffer:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # fsync the WAL on every commit
         db.executescript(_SCHEMA)
+        db.executescript(archive.SCHEMA)
         self._db = db
 
     def _close(self) -> None:
@@ -201,6 +208,8 @@ class TrajectoryBuffer:
         db = self._conn()
         with db:
             db.execute("BEGIN IMMEDIATE")
+            where = f"group_id IN ({marks}) AND state IN ('ready', 'leased')"
+            self._archive(db, where, group_ids, "trained")
             db.execute(
                 "UPDATE groups SET state = 'acked', payload = NULL, lease_id = NULL,"
                 f" lease_expires = NULL WHERE group_id IN ({marks})"
@@ -212,6 +221,22 @@ class TrajectoryBuffer:
                 group_ids,
             ).fetchone()
         return int(row[0])
+
+    def _archive(
+        self, db: sqlite3.Connection, where: str, params: Sequence[object], outcome: Outcome
+    ) -> None:
+        """Keep the groups leaving the queue (see ``server.archive``), then apply retention."""
+        keep_s = self.config.archive_retention_s
+        if keep_s == 0:
+            return
+        now = self._clock()
+        archive.keep_groups(db, where, params, outcome, now)
+        if keep_s is not None:
+            archive.prune(db, now - keep_s)
+
+    async def read_archive(self, kind: ArchiveKind, after: int, limit: int) -> ArchivePage:
+        """A page of the archive (trained and stale groups) or of the invalid trajectories."""
+        return await self._run(lambda: archive.read_page(self._conn(), kind, after, limit))
 
     # --- pull -----------------------------------------------------------------------------
 
@@ -268,6 +293,7 @@ class TrajectoryBuffer:
                 " WHERE state = 'ready' AND min_version < ?",
                 (oldest_kept,),
             ).fetchone()
+            self._archive(db, "state = 'ready' AND min_version < ?", [oldest_kept], "stale")
             db.execute(
                 "UPDATE groups SET state = 'stale', payload = NULL"
                 " WHERE state = 'ready' AND min_version < ?",

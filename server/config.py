@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
@@ -30,6 +30,34 @@ InFlightPolicy = Literal["finish", "abort"]
 
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SpeculationConfig(_Config):
+    """vLLM's n-gram speculative decoding, under a gate (``server.engine.speculation``).
+
+    Off by default: drafts pay only on repetitive output. When on, the engine starts with
+    the drafter and the gate keeps drafting on only while the acceptance rate stays at
+    ``min_acceptance`` or more and tokens per busy second stay within ``tolerance`` of the
+    plain rate measured just before; otherwise drafting stops and is probed again after
+    ``probe_after_s`` (doubling while probes fail).
+    """
+
+    enabled: bool = False
+    gate: bool = Field(True, description="False: draft always (benchmarks, tests)")
+    num_speculative_tokens: int = Field(3, ge=1, le=16)
+    prompt_lookup_max: int = Field(3, ge=1)
+    prompt_lookup_min: int = Field(1, ge=1)
+    min_acceptance: float = Field(0.3, ge=0, le=1)
+    tolerance: float = Field(0.05, ge=0, lt=1, description="rate drop allowed vs plain")
+    window_tokens: int = Field(2048, ge=32, description="a window closes after this many...")
+    window_s: float = Field(10.0, gt=0, description="...or this many busy seconds")
+    probe_after_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _lookup(self) -> SpeculationConfig:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("speculation.prompt_lookup_min must be <= prompt_lookup_max")
+        return self
 
 
 class EngineConfig(_Config):
@@ -47,6 +75,14 @@ class EngineConfig(_Config):
     model_dir: Path = Field(default_factory=paths.default_model_dir)
     served_model_name: str | None = Field(None, description="default: the model dir's name")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    training_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="the trainer's precision: serving below it needs the red line's verdict "
+        "(server.precision)",
+    )
+    quantization: Literal["fp8"] | None = Field(
+        None, description="FP8 weights (vLLM's GPU build only); gated like a lower dtype"
+    )
     enforce_eager: bool = True
     max_model_len: int = Field(2048, ge=64)
     kv_cache_gib: float = Field(1.0, gt=0, description="KV-cache space")
@@ -76,6 +112,7 @@ class EngineConfig(_Config):
         description="deadline of one weight swap (pause, reload, cache reset); past it the "
         "old weights are restored and the update answers 503",
     )
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
 
     @field_validator("model_dir")
     @classmethod
@@ -99,6 +136,12 @@ class BufferConfig(_Config):
         300.0, gt=0, description="a pulled group not acked by then is handed out again"
     )
     file_name: str = "buffer.sqlite3"
+    archive_retention_s: float | None = Field(
+        None,
+        ge=0,
+        description="how long trained and stale groups stay in the archive for export: "
+        "None keeps them for good, 0 keeps none (see server.archive)",
+    )
 
 
 class WeightCheckConfig(_Config):
@@ -160,6 +203,15 @@ class DashboardConfig(_Config):
     trainer_reports: int = Field(10_000, ge=1, description="trainer step reports kept")
 
 
+class CostConfig(_Config):
+    """The cost board (``server.cost``): the machine's price and the rates' window."""
+
+    price_per_hour: float | None = Field(
+        None, ge=0, description="price of one machine-hour (any currency); None: costs unset"
+    )
+    window_s: float = Field(60.0, gt=0, description="window of the tokens/s rates")
+
+
 class ServerSettings(BaseSettings):
     """Everything ``rollgym serve`` needs; see the module docstring for the variables."""
 
@@ -191,6 +243,14 @@ class ServerSettings(BaseSettings):
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
+
+    @model_validator(mode="after")
+    def _precision_admitted(self) -> ServerSettings:
+        from rollgym.server.precision import admitted_verdict
+
+        admitted_verdict(self.engine)  # raises, with the command to run, when not admitted
+        return self
 
     @field_validator("admin_token")
     @classmethod

@@ -22,7 +22,8 @@ class Generation:
 
     ``logprobs[i]`` is the behaviour log-probability of ``token_ids[i]`` under the policy at
     ``policy_version``. ``cached_tokens`` counts prompt tokens served from the prefix cache.
-    ``queue_s`` is the wait before the engine scheduled the request; ``model_s`` the rest.
+    ``queue_s`` is the wait before the engine scheduled the request; ``model_s`` the rest,
+    of which ``prefill_s`` until the first token (the prompt's uncached part).
     """
 
     token_ids: list[int]
@@ -33,6 +34,7 @@ class Generation:
     cached_tokens: int = 0
     queue_s: float = 0.0
     model_s: float = 0.0
+    prefill_s: float = 0.0
 
 
 @runtime_checkable

@@ -13,6 +13,9 @@ context. ``EpisodeRecorder`` is the one place that turns this into a ``Trajector
   counted on the last turn;
 * ``context_full``: the episode is cut because the next turn cannot fit the model's
   context (``truncated_by_context``, counted apart from other truncations).
+* ``said``: the conversation as text (opening messages, each action as the env got it, the
+  env's replies), kept beside the tokens for export only (``rollgym.data``): training reads
+  the token ids, never this text.
 
 Only the model's own actions earn it credit: a step on an action the model did not make
 (an external agent's own text) is recorded, but its reward is not part of the return. A
@@ -27,7 +30,9 @@ and both times observed in the server's metrics.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import time
 import uuid
@@ -36,7 +41,7 @@ from typing import Any, Literal
 
 import gymnasium
 
-from rollgym.contract.wire import Trajectory, TurnRecord
+from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
 from rollgym.envs import aio
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import Generation
@@ -107,6 +112,21 @@ def messages_of(observation: Any) -> list[dict[str, str]]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in observation]
 
 
+def message_text(message: dict[str, Any]) -> EnvMessage:
+    """A chat message as role and text; structured tool calls (an external agent's OpenAI
+    messages) become the ``<tool_call>{...}</tool_call>`` text a model writes for them."""
+    text = str(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        body = json.dumps({"name": function.get("name"), "arguments": arguments})
+        text += f"<tool_call>{body}</tool_call>"
+    return EnvMessage(role=str(message.get("role")), content=text)
+
+
 @dataclasses.dataclass(frozen=True)
 class EpisodeKey:
     """What a trajectory is an episode of."""
@@ -130,15 +150,24 @@ class EpisodeRecorder:
         self.truncated = False
         self.truncated_by_context = False
         self.invalid_reason: str | None = None
+        self.messages: list[EnvMessage] = []
+        self.tools: list[dict[str, Any]] | None = None
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
 
-    def start(self, prompt_ids: Sequence[int]) -> Transcript:
-        """The first prompt (the opening messages, tokenized)."""
+    def start(
+        self, prompt_ids: Sequence[int], *, tools: Sequence[dict[str, Any]] | None = None
+    ) -> Transcript:
+        """The first prompt (the opening messages, tokenized) and the tools it offered."""
         self.transcript = Transcript(list(prompt_ids))
+        self.tools = list(tools) if tools else None
         return self.transcript
+
+    def said(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Messages that entered the conversation, as text (for export; see the docstring)."""
+        self.messages += [message_text(m) for m in messages]
 
     def model_turn(self, context: Sequence[int], generation: Generation) -> None:
         """The model sampled ``generation`` from ``context``: a new turn."""
@@ -220,4 +249,6 @@ class EpisodeRecorder:
             max_version=max(versions),
             turns=self.turns,
             created_at=time.time(),
+            messages=self.messages,
+            tools=self.tools,
         )

@@ -188,7 +188,8 @@ class SessionManager:
         record = session.record
         if record.transcript is None:  # the conversation so far includes anything pending
             transcript = record.start(
-                self._codec.first_prompt([*session.conversation, *added], tools=tools)
+                self._codec.first_prompt([*session.conversation, *added], tools=tools),
+                tools=tools,
             )
         else:
             transcript = record.transcript
@@ -237,6 +238,7 @@ class SessionManager:
             return SessionClosed(
                 session_id=session.id, trajectory_id=None, persisted=False, valid=False
             )
+        session.record.said(session.conversation)
         trajectory = session.record.trajectory(self._engine.policy_version)
         if trajectory.truncated_by_context:
             self._metrics.truncated_by_context.labels(source="session").inc()

@@ -6,6 +6,10 @@ on it without pulling in vLLM, Docker or TRL:
 * ``wire``: every body that crosses the server's HTTP boundary (trajectories, pulls, rollout
   jobs, weight updates, sessions), as pydantic models;
 * ``dashboard``: what the trainer posts to the dashboard and what the page polls;
+  ``cost``: its cost board;
+* ``archive``: the archive's pages (trajectories kept for export);
+* ``chat``: the OpenAI chat fine-tuning format that exports write and the SFT warm start
+  reads;
 * ``staleness``: the staleness window's rule and capacity, the only place it is written;
 * ``paths``: where rollgym keeps its data (``$ROLLGYM_HOME``).
 """

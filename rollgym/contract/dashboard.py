@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rollgym.contract.cost import CostBoard
+
 STAGE_NAMES = ("sampling", "environment", "buffer", "training")
 
 
@@ -113,3 +115,4 @@ class DashboardData(BaseModel):
     latency: dict[str, Percentiles] = Field(description="since start: model, environment...")
     version_lag: list[tuple[int, int]] = Field(description="(lag, trajectories pulled)")
     rewards: list[RewardPoint] = Field(description="mean valid return per sampling version")
+    cost: CostBoard | None = Field(None, description="the cost board (rollgym.contract.cost)")

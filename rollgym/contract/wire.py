@@ -126,6 +126,13 @@ class ErrorBody(BaseModel):
 # --- trajectories -------------------------------------------------------------------------
 
 
+class EnvMessage(BaseModel):
+    """A chat message as environments show it (``rollgym.envs.messages.Message`` on the wire)."""
+
+    role: str
+    content: str
+
+
 class TurnRecord(BaseModel):
     """One model turn and the environment step that answered it, with its costs."""
 
@@ -178,6 +185,14 @@ class Trajectory(BaseModel):
     max_version: int
     turns: list[TurnRecord]
     created_at: float
+    messages: list[EnvMessage] = Field(
+        default_factory=list,
+        description="the conversation as text, for export only (the token ids are what is "
+        "trained on): the opening messages, each action as the env received it, the replies",
+    )
+    tools: list[dict[str, object]] | None = Field(
+        None, description="the tools the episode offered (OpenAI function format), if any"
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> Trajectory:
@@ -366,13 +381,6 @@ class SessionCreate(_Input):
     env_id: EnvId
     env_kwargs: EnvKwargs = Field(default_factory=dict)
     seed: Seed | None = None
-
-
-class EnvMessage(BaseModel):
-    """A chat message as environments show it (``rollgym.envs.messages.Message`` on the wire)."""
-
-    role: str
-    content: str
 
 
 class SessionCreated(BaseModel):

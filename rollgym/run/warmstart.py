@@ -6,6 +6,11 @@ mix the oracle (binary search over the range the feedback leaves open) with impe
 (each guess random within that range with probability ``noise``): the warm-started policy
 then guesses well but not optimally, which leaves room for RL to improve its success rate.
 
+The demonstrations travel in the data format of ``rollgym generate`` and ``rollgym export``
+(OpenAI chat records, ``rollgym.contract.chat``): the built-in ones are converted to it, and
+``demonstrations`` adds the records of a ``chat.jsonl`` (say, successful episodes that
+``rollgym generate --min-reward 1`` sampled from a stronger model).
+
 Each conversation becomes one pre-tokenized example laid out by the rollout server's own
 ``ChatCodec`` (``tokenize_conversation``): the opening rendered with the generation prompt;
 then per turn the guess's tokens and the end-of-turn token (trained on, ``assistant_masks``
@@ -28,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
 from rollgym.server.chat import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
@@ -48,9 +54,15 @@ class WarmStartConfig(BaseModel):
     learning_rate: float = Field(2e-3, gt=0)
     batch_size: int = Field(32, ge=1)
     seed: int = 0
+    demonstrations: Path | None = Field(
+        None, description="an OpenAI chat JSONL whose records are added to the built-in ones"
+    )
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        digest = hashlib.sha256(self.model_dump_json(exclude_none=True).encode())
+        if self.demonstrations is not None:
+            digest.update(self.demonstrations.read_bytes())
+        return digest.hexdigest()[:16]
 
 
 def tokenize_conversation(
@@ -81,8 +93,8 @@ def tokenize_conversation(
     return {"input_ids": ids, "assistant_masks": mask}
 
 
-def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
-    """One pre-tokenized example per demonstration episode, shuffled."""
+def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
+    """The built-in GuessNumber demonstrations as chat records, then the file's, if any."""
     from rollgym.envs.guess_demos import demonstrations
 
     task = {"low": config.low, "high": config.high, "max_turns": config.max_turns}
@@ -93,7 +105,18 @@ def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, li
         noise=config.noise,
         **task,
     )
-    examples = [tokenize_conversation(codec, conversation) for conversation in conversations]
+    records = [chat_record(conversation) for conversation in conversations]
+    if config.demonstrations is not None:
+        records += read_jsonl(config.demonstrations)
+    return records
+
+
+def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
+    """One pre-tokenized example per demonstration record, shuffled."""
+    examples = [
+        tokenize_conversation(codec, template_messages(record))
+        for record in demonstration_records(config)
+    ]
     random.Random(config.seed).shuffle(examples)
     return examples
 

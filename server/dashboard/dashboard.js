@@ -214,6 +214,79 @@ function draw(data) {
   });
 }
 
+// --- the cost board (data.cost; definitions in rollgym/contract/cost.py) ----------------
+
+function fixed(v, digits, suffix) {
+  return v === null || v === undefined ? "-" : `${v.toFixed(digits)}${suffix || ""}`;
+}
+
+function rows(id, entries) {
+  const body = document.querySelector(`#${id} tbody`);
+  body.replaceChildren();
+  for (const cells of entries) {
+    const row = document.createElement("tr");
+    for (const cell of cells) {
+      const td = document.createElement("td");
+      td.textContent = cell;
+      row.appendChild(td);
+    }
+    body.appendChild(row);
+  }
+}
+
+let pricePerHour = null;  // what the user typed; the server's setting until then
+
+function price(cost) {
+  const typed = document.getElementById("price");
+  if (pricePerHour === null && cost.price_per_hour !== null && document.activeElement !== typed) {
+    typed.value = cost.price_per_hour;
+  }
+  const value = parseFloat(typed.value);
+  return Number.isFinite(value) ? value : null;
+}
+
+function priced(machineS, p) {
+  return machineS === null || machineS === undefined || p === null ? "-" : (machineS * p / 3600).toPrecision(3);
+}
+
+function costBoard(cost) {
+  if (!cost) return;
+  text("cost-window", seconds(cost.window_s));
+  const unit = cost.device === "gpu" ? "GPU-s" : "CPU-s";
+  rows("cost-table", [
+    ["generated tokens/s", fixed(cost.generated_tokens_per_s, 1)],
+    ["prompt tokens/s", fixed(cost.prompt_tokens_per_s, 1)],
+    [`${unit} per 1k generated tokens`, fixed(cost.device_s_per_1k_tokens, 2)],
+    ["long tail (group time on the slowest 10%)", cost.long_tail_share === null ? "-" : `${(100 * cost.long_tail_share).toFixed(0)}%`],
+    ["sampling : training (busy s)", cost.sampling_training_ratio === null ? "-" : `${cost.sampling_training_ratio.toFixed(2)} : 1`],
+    ["prefix-cache hit rate", cost.prefix_cache_hit_rate === null ? "-" : `${(100 * cost.prefix_cache_hit_rate).toFixed(0)}%`],
+    ["serving precision", cost.serving_dtype],
+    ["behaviour -> training KL per token (precision gate)", cost.precision_kl === null ? "-" : cost.precision_kl.toExponential(2)],
+  ]);
+  const p = price(cost);
+  rows("budget-table", [
+    [`machine (${cost.devices} ${cost.device === "gpu" ? "GPUs" : "cores"})-s per 1k tokens`, fixed(cost.machine_s_per_1k_tokens, 3)],
+    ["cost per 1k tokens", priced(cost.machine_s_per_1k_tokens, p)],
+    [`cost per trained sample (${cost.trained_samples} trained)`, priced(cost.machine_s_per_trained_sample, p)],
+  ]);
+  rows("savings-table", cost.savings.map((s) => [
+    s.name.replace("_", " "), fixed(s.machine_s, 2), priced(s.machine_s, p), s.note,
+  ]));
+  const spec = cost.speculation;
+  rows("speculation-table", spec.enabled ? [
+    ["state", `${spec.state}${spec.drafting ? " (drafting)" : ""}`],
+    ["acceptance, last window / since start", `${fixed(spec.acceptance, 2)} / ${fixed(spec.acceptance_total, 2)}`],
+    ["tokens/s per sequence: plain / drafting", `${fixed(spec.plain_tokens_per_s, 1)} / ${fixed(spec.drafting_tokens_per_s, 1)}`],
+    ["drafted / accepted tokens", `${spec.drafted_tokens} / ${spec.accepted_tokens}`],
+    ["switches", String(spec.switches)],
+    ["next probe in", spec.next_probe_in_s === null ? "-" : seconds(spec.next_probe_in_s)],
+  ] : [["off", "start with ROLLGYM_ENGINE__SPECULATION__ENABLED=true"]]);
+}
+
+document.getElementById("price").addEventListener("input", (event) => {
+  pricePerHour = parseFloat(event.target.value);
+});
+
 async function poll() {
   const status = document.getElementById("status");
   try {
@@ -222,6 +295,7 @@ async function poll() {
     const data = await answer.json();
     header(data);
     draw(data);
+    costBoard(data.cost);
     status.textContent = `live · updated ${clock(data.now)}`;
     status.classList.remove("stale");
   } catch (error) {

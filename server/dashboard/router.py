@@ -21,6 +21,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response
 
 from rollgym.contract.dashboard import DashboardData, TrainerAccepted, TrainerReport
+from rollgym.server.cost import live_board
 from rollgym.server.errors import NotFound
 from rollgym.server.routes.deps import ServicesDep, require_admin
 
@@ -68,6 +69,7 @@ async def data(
         latency=recorder.latency(),
         version_lag=recorder.version_lags(),
         rewards=recorder.rewards(),
+        cost=live_board(services.cost, recorder),
     )
 
 

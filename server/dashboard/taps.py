@@ -7,7 +7,7 @@ that adds nothing but calls to the recorder. Generations reach the recorder thro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
@@ -19,14 +19,24 @@ from rollgym.server.dashboard.recorder import DashboardRecorder
 class ObservedBuffer(TrajectoryBuffer):
     """A ``TrajectoryBuffer`` that tells the recorder what it stored and what was pulled."""
 
-    def __init__(self, path: Path, config: BufferConfig, *, recorder: DashboardRecorder):
+    def __init__(
+        self,
+        path: Path,
+        config: BufferConfig,
+        *,
+        recorder: DashboardRecorder,
+        listeners: Sequence[Callable[[TrajectoryGroup], None]] = (),
+    ):
         super().__init__(path, config)
         self._recorder = recorder
+        self._listeners = listeners  # more taps on stored groups (the cost board's)
 
     async def put_group(self, group: TrajectoryGroup) -> bool:
         stored = await super().put_group(group)
         if stored:
             self._recorder.group_stored(group)
+            for listen in self._listeners:
+                listen(group)
         return stored
 
     async def put_invalid(self, trajectory: Trajectory) -> None:

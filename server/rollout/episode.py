@@ -94,11 +94,13 @@ class EpisodeRunner:
         record = EpisodeRecorder(key)
         try:
             observation, _ = await aio.areset(env, seed=spec.task_seed)
-            prompt = self._codec.first_prompt(list(observation), tools=_tools(env))
+            tools = _tools(env)
+            prompt = self._codec.first_prompt(list(observation), tools=tools)
         except Exception as exc:  # the env could not start: not the policy's doing
             record.fail(f"reset failed: {exc!r}")
             return record.trajectory(self._engine.policy_version)
-        transcript = record.start(prompt)
+        transcript = record.start(prompt, tools=tools)
+        record.said(list(observation))
         while not record.done:
             if spec.max_turns is not None and len(record.turns) >= spec.max_turns:
                 record.truncated = True
@@ -124,8 +126,11 @@ class EpisodeRunner:
         if generation.finish_reason == "abort":
             record.fail("the generation was aborted")
             return
-        step = await step_env(env, self._codec.decode(generation.token_ids), self._metrics)
+        action = self._codec.decode(generation.token_ids)
+        record.said([{"role": "assistant", "content": action}])
+        step = await step_env(env, action, self._metrics)
         record.env_step(step)
+        record.said(step.observation)
         if not record.done and step.observation:
             stopped = generation.finish_reason == "stop"
             try:

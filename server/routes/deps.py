@@ -12,6 +12,7 @@ from rollgym.sandboxes.base import SandboxPool
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import ServerSettings
+from rollgym.server.cost import CostMeter
 from rollgym.server.dashboard.recorder import DashboardRecorder
 from rollgym.server.engine.base import ServingEngine
 from rollgym.server.errors import Forbidden, Unauthorized
@@ -36,6 +37,7 @@ class Services:
     weights: WeightUpdater
     metrics: ServerMetrics
     dashboard: DashboardRecorder  # the live dashboard's spans and readings
+    cost: CostMeter  # the cost board
     pool: SandboxPool | None = None
     trainer_version: int | None = None  # from the trainer's last pull
 

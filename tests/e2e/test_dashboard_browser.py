@@ -118,6 +118,10 @@ def test_the_page_shows_the_version_and_every_chart_with_data(server) -> None:
     assert {"model p50", "ready groups", "sampled (server)", "stale"} <= lines
     assert {"model", "environment", "trajectories"} <= page.series("rect")  # latency, lag bars
     assert all(f"</span>{stage}</td>" in page.html for stage in STAGES)  # the totals table
+    # the cost board: its figures, the savings, the speculation panel (off here)
+    assert "<td>CPU-s per 1k generated tokens</td>" in page.html
+    assert "<td>prefix cache</td>" in page.html and "<td>speculative decoding</td>" in page.html
+    assert "ROLLGYM_ENGINE__SPECULATION__ENABLED" in page.html
 
 
 def test_the_screenshot_is_a_rendered_page(server, tmp_path) -> None:

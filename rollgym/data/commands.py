@@ -1,0 +1,164 @@
+"""``rollgym generate`` and ``rollgym export``: trajectories out as data sets.
+
+rollgym generate --env rollgym/GuessNumber-v0 --episodes 1000 --group-size 4 --out DIR
+                 [--model-dir DIR | --server URL] [--temperature 0.8] [--min-reward 1]
+rollgym export   [--data-dir DIR | --server URL]  --out DIR  [--include-invalid]
+
+Both filter and deduplicate the same way and write the same files (docs/data.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollgym.contract import paths
+
+if TYPE_CHECKING:
+    from rollgym.contract.wire import TrajectoryGroup
+    from rollgym.data.generate import GenerateConfig
+    from rollgym.data.sources import Item
+
+
+def add_data_commands(commands: argparse._SubParsersAction) -> None:
+    generate = commands.add_parser(
+        "generate", help="sample episodes of an env and export them as a data set"
+    )
+    generate.add_argument("--env", required=True, help="a registered env id")
+    generate.add_argument("--env-kwargs", default="{}", help="the env's kwargs as JSON")
+    generate.add_argument("--episodes", type=int, required=True)
+    generate.add_argument("--group-size", type=int, default=1, help="samples per task seed")
+    generate.add_argument("--start-seed", type=int, default=0, help="first task seed")
+    generate.add_argument("--seeds", help="comma-separated task seeds (instead of consecutive)")
+    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--top-p", type=float, default=1.0)
+    generate.add_argument("--max-tokens", type=int, default=64, help="per model turn")
+    generate.add_argument("--max-turns", type=int)
+    where = generate.add_mutually_exclusive_group()
+    where.add_argument(
+        "--model-dir",
+        help=f"sample in-process from this model (default {paths.default_model_dir()})",
+    )
+    where.add_argument("--server", help="sample with this running server's rollout runner")
+    generate.add_argument("--dtype", default="float32", help="in-process engine precision")
+    _add_common(generate)
+    generate.set_defaults(handler=_generate)
+
+    export = commands.add_parser("export", help="write a server's archive out as a data set")
+    source = export.add_mutually_exclusive_group()
+    source.add_argument(
+        "--data-dir",
+        help=f"the server's data dir, read-only (default {paths.data_home() / 'server'})",
+    )
+    source.add_argument("--server", help="a running server's URL (GET /admin/archive)")
+    _add_common(export)
+    export.set_defaults(handler=_export)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument(
+        "--format", default="dataset,parquet,jsonl", help="any of dataset, parquet, jsonl"
+    )
+    parser.add_argument("--token", help="admin token (default: $ROLLGYM_ADMIN_TOKEN)")
+    parser.add_argument("--include-invalid", action="store_true", help="keep infra failures")
+    parser.add_argument("--min-reward", type=float)
+    parser.add_argument("--max-reward", type=float)
+    parser.add_argument("--no-exact-dedup", action="store_true")
+    parser.add_argument("--no-near-dedup", action="store_true")
+    parser.add_argument("--near-threshold", type=float, default=0.8, help="Jaccard of actions")
+    parser.add_argument("--near-scope", choices=("prompt", "all"), default="prompt")
+
+
+def _curate_and_write(items: Iterable[Item], args: argparse.Namespace) -> int:
+    from rollgym.data.curate import CurateConfig, curate
+    from rollgym.data.export import FORMATS, write_export
+
+    names = [f.strip() for f in args.format.split(",") if f.strip()]
+    formats = [f for f in FORMATS if f in names]
+    if unknown := sorted(set(names) - set(FORMATS)):
+        print(f"unknown format(s) {unknown}: choose from {', '.join(FORMATS)}")
+        return 2
+    config = CurateConfig(
+        valid_only=not args.include_invalid,
+        min_reward=args.min_reward,
+        max_reward=args.max_reward,
+        exact_dedup=not args.no_exact_dedup,
+        near_dedup=not args.no_near_dedup,
+        near_threshold=args.near_threshold,
+        near_scope=args.near_scope,
+    )
+    rows, report = curate(items, config)
+    result = write_export(rows, Path(args.out), formats, report=report)
+    print(
+        f"{report.seen} trajectories: {report.filtered} filtered, {report.exact_duplicates} exact "
+        f"and {report.near_duplicates} near duplicates; {result.rows} rows written to "
+        f"{result.out_dir} in {result.seconds:.1f} s"
+    )
+    return 0
+
+
+def _token(args: argparse.Namespace) -> str:
+    token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
+    if not token:
+        raise SystemExit("--server needs the admin token: --token or $ROLLGYM_ADMIN_TOKEN")
+    return str(token)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from rollgym.contract.wire import SamplingSettings
+    from rollgym.data.generate import GenerateConfig
+
+    config = GenerateConfig(
+        env_id=args.env,
+        env_kwargs=json.loads(args.env_kwargs),
+        episodes=args.episodes,
+        group_size=args.group_size,
+        start_seed=args.start_seed,
+        seeds=[int(s) for s in args.seeds.split(",")] if args.seeds else None,
+        sampling=SamplingSettings(
+            temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens
+        ),
+        max_turns=args.max_turns,
+    )
+    groups = _sample_remote(config, args) if args.server else _sample_local(config, args)
+    items: list[Item] = [(t, "generated") for g in groups for t in g.trajectories]
+    return _curate_and_write(items, args)
+
+
+def _sample_local(config: GenerateConfig, args: argparse.Namespace) -> list[TrajectoryGroup]:
+    import asyncio
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as `rollgym serve`
+    from rollgym.data.generate import generate_local
+    from rollgym.server.config import EngineConfig
+
+    model_dir = Path(args.model_dir) if args.model_dir else paths.default_model_dir()
+    engine = EngineConfig(model_dir=model_dir, dtype=args.dtype)
+    return asyncio.run(generate_local(config, engine))
+
+
+def _sample_remote(config: GenerateConfig, args: argparse.Namespace) -> list[TrajectoryGroup]:
+    from rollgym.data.generate import generate_remote
+    from rollgym.trainer.client import ServerClient
+    from rollgym.trainer.config import ClientConfig
+
+    client_config = ClientConfig(url=args.server, admin_token=_token(args))
+    with ServerClient(client_config) as client:
+        return generate_remote(config, client)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rollgym.data.sources import from_data_dir, from_server
+
+    if args.server:
+        items = from_server(args.server, _token(args), include_invalid=args.include_invalid)
+    else:
+        data_dir = Path(args.data_dir) if args.data_dir else paths.data_home() / "server"
+        items = from_data_dir(data_dir, include_invalid=args.include_invalid)
+    return _curate_and_write(items, args)

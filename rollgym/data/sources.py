@@ -1,0 +1,76 @@
+"""Where exported trajectories come from: a server's archive, read offline or over HTTP.
+
+Both yield ``(trajectory, outcome)`` pairs in archive order (trained and stale groups in
+the order they were sampled, then the invalid trajectories if asked for):
+
+* ``from_data_dir(dir)``: the buffer file under a server's data dir, opened read-only
+  (the server may be running: SQLite's WAL lets readers in while it writes);
+* ``from_server(url, token)``: ``GET /admin/archive`` page by page (admin token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import httpx
+
+from rollgym.contract.archive import ArchiveKind, ArchivePage
+from rollgym.contract.wire import ErrorBody, Trajectory
+from rollgym.data.errors import DataError
+from rollgym.data.rows import RowOutcome
+
+Item = tuple[Trajectory, RowOutcome]
+
+
+def items_of(pages: Iterable[ArchivePage]) -> Iterator[Item]:
+    for page in pages:
+        for archived in page.items:
+            for trajectory in archived.group.trajectories:
+                yield trajectory, archived.outcome
+
+
+def _kinds(include_invalid: bool) -> tuple[ArchiveKind, ...]:
+    return ("groups", "invalid") if include_invalid else ("groups",)
+
+
+def from_data_dir(
+    data_dir: Path, *, file_name: str = "buffer.sqlite3", include_invalid: bool = False
+) -> Iterator[Item]:
+    from rollgym.server.archive import ArchiveFile
+
+    path = data_dir / file_name
+    if not path.is_file():
+        raise DataError(f"no buffer at {path}: pass the server's --data-dir")
+    with ArchiveFile(path) as archive:
+        for kind in _kinds(include_invalid):
+            yield from items_of(archive.pages(kind))
+
+
+def from_server(
+    url: str, token: str, *, include_invalid: bool = False, page_size: int = 500
+) -> Iterator[Item]:
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=120.0) as http:
+        for kind in _kinds(include_invalid):
+            yield from items_of(_server_pages(http, kind, page_size))
+
+
+def _server_pages(http: httpx.Client, kind: ArchiveKind, page_size: int) -> Iterator[ArchivePage]:
+    after: int | None = 0
+    while after is not None:
+        try:
+            response = http.get(
+                "/admin/archive", params={"kind": kind, "after": after, "limit": page_size}
+            )
+        except httpx.HTTPError as exc:
+            raise DataError(f"the server did not answer: {exc!r}") from exc
+        if response.status_code != 200:
+            try:
+                message = ErrorBody.model_validate_json(response.content).message
+            except ValueError:
+                message = response.text[:200]
+            raise DataError(f"GET /admin/archive answered {response.status_code}: {message}")
+        page = ArchivePage.model_validate_json(response.content)
+        yield page
+        after = page.next_after
