@@ -27,6 +27,8 @@ from rollgym.trainer.errors import TrainerConfigError
 C = TypeVar("C", bound=BaseModel)
 ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo"]
+RewardScaling = Literal["group", "batch", "none"]
+Schedule = Literal["constant", "cosine", "linear"]
 
 
 class _Config(BaseModel):
@@ -59,12 +61,23 @@ class TrainerConfig(_Config):
     # --- optimisation (TRL's GRPO loss)
     total_steps: int = Field(100, ge=1, description="optimizer steps of the whole run")
     learning_rate: float = Field(2e-4, gt=0)
+    lr_schedule: Schedule = Field("constant", description="after the warm-up; decays reach 0")
+    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up")
+    adam_epsilon: float = Field(1e-8, gt=0)
+    train_embeddings: bool = Field(
+        True,
+        description="train the token embeddings (and the output head). Off: Adam cannot drift "
+        "the rows of tokens the policy never samples (see docs/training.md)",
+    )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     loss_type: LossType = "dapo"
     epsilon: float = Field(0.2, gt=0, description="PPO clip range (low side)")
     epsilon_high: float = Field(0.28, gt=0, description="PPO clip range (high side)")
     beta: float = Field(0.0, ge=0, description="KL weight to the start weights (0: no KL term)")
+    scale_rewards: RewardScaling = Field(
+        "group", description="divide advantages by the group's reward std, the batch's, or not"
+    )
     temperature: float = Field(
         1.0, gt=0, description="sampling temperature; must match the rollout job's"
     )
@@ -83,6 +96,11 @@ class TrainerConfig(_Config):
     )
     keep_checkpoints: int = Field(
         2, ge=2, description="checkpoints kept on disk (>= 2: one survives a crash mid-save)"
+    )
+    log_samples: bool = Field(
+        False,
+        description="append every step's samples (reward, advantage, sampled ids, behaviour and "
+        "trainer logprobs) to <output_dir>/samples.jsonl, for diagnosing a run",
     )
     pull_timeout_s: float = Field(10.0, gt=0, le=600, description="one long-poll's wait")
     stall_timeout_s: float = Field(600.0, gt=0, description="give up after this long starved")
