@@ -1,9 +1,10 @@
 """GuessNumber policies and demonstrations for SFT warm-start.
 
 ``GuessPolicy(low, high)`` is the oracle: binary search over the range the feedback so far
-leaves open. With ``noise > 0`` each guess is, with that probability, a random number from
-the open range instead of its midpoint: still valid play (never a guess the feedback has
-ruled out), just slower, so there is room for RL to improve on it.
+leaves open. With ``noise > 0`` each guess is, with that probability, a wasteful one instead
+of the midpoint: a random number from the open range (``style="random"``) or its lowest
+number (``style="lowest"``, linear search). Both are still valid play (never a guess the
+feedback has ruled out), just slower, so there is room for RL to improve on it.
 
 ``demonstrations(n, seed=0, noise=0.0)`` plays ``n`` episodes of the real env with that
 policy and returns each whole conversation (opening messages, then the assistant's guess
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Literal
 
 import gymnasium
 
@@ -29,17 +31,26 @@ from rollgym.envs.messages import Message, assistant
 
 GUESS_NUMBER_ID = "rollgym/GuessNumber-v0"
 _HIGHER, _LOWER = FEEDBACK["higher"], FEEDBACK["lower"]
+NoiseStyle = Literal["random", "lowest"]
 
 
 class GuessPolicy:
-    """Binary search over the still-open range; ``noise`` of the guesses random within it."""
+    """Binary search over the still-open range; ``noise`` of the guesses wasteful (``style``)."""
 
     def __init__(
-        self, low: int = 1, high: int = 16, *, noise: float = 0.0, seed: int | None = None
+        self,
+        low: int = 1,
+        high: int = 16,
+        *,
+        noise: float = 0.0,
+        style: NoiseStyle = "random",
+        seed: int | None = None,
     ):
         if not 0.0 <= noise <= 1.0:
             raise ValueError(f"noise must be in [0, 1], got {noise}")
-        self.low, self.high, self.noise = low, high, noise
+        if style not in ("random", "lowest"):
+            raise ValueError(f"style must be 'random' or 'lowest', got {style!r}")
+        self.low, self.high, self.noise, self.style = low, high, noise, style
         self._rng = random.Random(seed)
 
     def open_range(self, history: Sequence[Message]) -> tuple[int, int]:
@@ -60,7 +71,7 @@ class GuessPolicy:
         if high < low:  # feedback contradicts itself: no valid guess is left
             raise ValueError(f"no number is consistent with the feedback ({low}..{high})")
         if self.noise and self._rng.random() < self.noise:
-            return str(self._rng.randint(low, high))
+            return str(self._rng.randint(low, high) if self.style == "random" else low)
         return str((low + high) // 2)
 
 
@@ -77,16 +88,17 @@ def demonstrations(
     *,
     seed: int = 0,
     noise: float = 0.0,
+    style: NoiseStyle = "random",
     low: int = 1,
     high: int = 16,
     max_turns: int = 6,
 ) -> list[list[Message]]:
-    """``n`` whole GuessNumber conversations played by ``GuessPolicy(noise=noise)``.
+    """``n`` whole GuessNumber conversations played by ``GuessPolicy(noise=noise, style=style)``.
 
     Episode ``i`` is reset with seed ``seed + i``, so the set is reproducible. With noise,
     some episodes may run out of turns; they are kept (valid, unsuccessful play).
     """
-    policy = GuessPolicy(low, high, noise=noise, seed=seed)
+    policy = GuessPolicy(low, high, noise=noise, style=style, seed=seed)
     env = gymnasium.make(GUESS_NUMBER_ID, low=low, high=high, max_episode_steps=max_turns)
     conversations = []
     try:

@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
+from rollgym.envs.guess_demos import NoiseStyle
 from rollgym.server.chat import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
@@ -46,7 +47,10 @@ class WarmStartConfig(BaseModel):
 
     oracle_episodes: int = Field(300, ge=1, description="demonstrations by binary search")
     imperfect_episodes: int = Field(300, ge=0, description="demonstrations with noisy guesses")
-    noise: float = Field(1.0, ge=0, le=1, description="share of random guesses when imperfect")
+    noise: float = Field(1.0, ge=0, le=1, description="share of wasteful guesses when imperfect")
+    noise_style: NoiseStyle = Field(
+        "random", description="a wasteful guess: random in the open range, or its lowest number"
+    )
     low: int = 1
     high: int = 8
     max_turns: int = Field(3, ge=1)
@@ -103,6 +107,7 @@ def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
         config.imperfect_episodes,
         seed=config.seed + config.oracle_episodes,
         noise=config.noise,
+        style=config.noise_style,
         **task,
     )
     records = [chat_record(conversation) for conversation in conversations]
