@@ -12,7 +12,10 @@ from the registration's ``max_episode_steps``) and short messages::
     user       Correct!
 
 A message must hold exactly one integer (ASCII digits) in the range; anything else is
-rejected with feedback and costs ``invalid_penalty``. Finding the number pays
+rejected with feedback and costs ``invalid_penalty``. With ``strict=True`` the message must be
+the number and nothing else (surrounding whitespace aside): "I guess 5" is rejected too. RL on
+a small model needs that: text around the number that the reward ignores drifts freely
+(docs/training.md). Finding the number pays
 ``1 - turn_cost * (turns - 1)``; running out of turns pays nothing (``truncated``).
 
 Task ids are ``"guess-<target>"``; ``reset(options={"task_id": "guess-7"})`` picks one.
@@ -70,8 +73,13 @@ class GuessTerminalReward:
         return 1.0 - self.turn_cost * (episode.turns - 1) if episode.found else 0.0
 
 
-def parse_guess(text: str, low: int, high: int) -> int:
-    """The one integer in ``text`` if it lies in ``[low, high]``; else ``ActionError``."""
+def parse_guess(text: str, low: int, high: int, *, strict: bool = False) -> int:
+    """The one integer in ``text`` if it lies in ``[low, high]``; else ``ActionError``.
+
+    ``strict``: ``text`` must be that integer alone (surrounding whitespace aside).
+    """
+    if strict and not _INTEGER.fullmatch(text.strip()):
+        raise ActionError(f"Reply with the number only, from {low} to {high}.")
     numbers = _INTEGER.findall(text)
     if len(numbers) != 1:
         how = "no number" if not numbers else f"{len(numbers)} numbers"
@@ -92,6 +100,7 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         high: int = 16,
         step_reward: Callable[[GuessStep], float] | None = None,
         terminal_reward: Callable[[GuessEpisode], float] | None = None,
+        strict: bool = False,
     ):
         if low > high:
             raise ValueError(f"low ({low}) must be <= high ({high})")
@@ -100,7 +109,7 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
             terminal_reward=terminal_reward or GuessTerminalReward(),
             max_action_chars=4_000,
         )
-        self.low, self.high = low, high
+        self.low, self.high, self.strict = low, high, strict
         self._target = low
         self._found = False
 
@@ -125,7 +134,7 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         )
 
     def _turn(self, action: str) -> Turn[GuessStep]:
-        guess = parse_guess(action, self.low, self.high)
+        guess = parse_guess(action, self.low, self.high, strict=self.strict)
         verdict: Verdict
         if guess == self._target:
             verdict, self._found = "correct", True

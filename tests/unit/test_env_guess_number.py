@@ -131,6 +131,24 @@ def test_parse_guess_is_strict_about_ascii_integers() -> None:
             parse_guess(text, 1, 16)
 
 
+def test_strict_parsing_takes_the_number_alone() -> None:
+    assert parse_guess(" 7\n", 1, 16, strict=True) == 7
+    assert parse_guess("lin7", 1, 16) == 7  # lenient by default: one integer anywhere
+    for text in ("lin7", "I guess 7", "7.", "7 8"):
+        with pytest.raises(ActionError, match="number only"):
+            parse_guess(text, 1, 16, strict=True)
+
+
+def test_a_strict_env_rejects_text_around_the_number() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0", low=1, high=8, strict=True)
+    env.reset(seed=0, options={"task_id": "guess-3"})
+    _, reward, terminated, _, _ = env.step("my guess: 3")
+    assert reward < 0 and not terminated
+    _, reward, terminated, _, _ = env.step("3")
+    assert reward > 0 and terminated
+    env.close()
+
+
 def test_the_oracle_finds_every_number_within_the_turn_limit() -> None:
     env = gymnasium.make("rollgym/GuessNumber-v0")
     for target in range(1, 17):
