@@ -50,6 +50,24 @@ class ClientConfig(_Config):
     )
 
 
+class AlarmBounds(_Config):
+    """Collapse alarms: the bound each per-step metric must keep (``max_``: at most, ``min_``:
+    at least; None: not watched). A step that crosses one prints one warning line; the same
+    metric warns again only after it has come back (``trainer.alarms``)."""
+
+    max_kl_behaviour: float | None = Field(
+        0.02, gt=0, description="KL(behaviour || trainer) on the sampled tokens"
+    )
+    max_entropy: float | None = Field(None, gt=0, description="mean entropy of sampled tokens")
+    max_clip_ratio: float | None = Field(0.2, gt=0, description="share of tokens PPO clipped")
+    min_is_ratio_p01: float | None = Field(0.3, gt=0, description="1st pct. of the IS ratio")
+    max_is_ratio_p99: float | None = Field(2.0, gt=0, description="99th pct. of the IS ratio")
+    max_grad_norm: float | None = Field(None, gt=0, description="gradient norm before clipping")
+    max_zero_variance_groups: float | None = Field(
+        None, ge=0, le=1, description="share of the batch's groups whose rewards are all equal"
+    )
+
+
 class TrainerConfig(_Config):
     """One GRPO run against a rollout server; see the module docstring for the two modes."""
 
@@ -97,6 +115,7 @@ class TrainerConfig(_Config):
     keep_checkpoints: int = Field(
         2, ge=2, description="checkpoints kept on disk (>= 2: one survives a crash mid-save)"
     )
+    alarms: AlarmBounds = Field(default_factory=AlarmBounds)
     log_samples: bool = Field(
         False,
         description="append every step's samples (reward, advantage, sampled ids, behaviour and "

@@ -14,10 +14,9 @@ syncs weights over NCCL; neither exists on a CPU-only machine without network.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from datasets import Dataset
@@ -100,7 +99,8 @@ class ServerGRPOTrainer(GRPOTrainer):
         if self.rollout_func is None:
             raise ValueError("ServerGRPOTrainer needs rollout_func (the server's group feed)")
         if not train_embeddings:  # before train() builds the optimizer from trainable params
-            for module in (self.model.get_input_embeddings(), self.model.get_output_embeddings()):
+            model: Any = self.model
+            for module in (model.get_input_embeddings(), model.get_output_embeddings()):
                 if module is not None:
                     module.weight.requires_grad_(False)
         self.use_vllm = True
@@ -121,15 +121,21 @@ class ServerGRPOTrainer(GRPOTrainer):
             cap=self.vllm_importance_sampling_clip_max,
         )
         rewards = [x["trajectory_reward"] if x["trajectory_valid"] else None for x in inputs]
-        stats["zero_variance_groups"] = zero_variance_share(rewards, self.num_generations)
+        stats["zero_variance_groups"] = zero_variance_share(
+            rewards, self.num_generations or len(rewards)
+        )
         for name, value in stats.items():
             self._metrics["train"][f"alarms/{name}"].append(value)
         if self.sample_log is not None:
-            self._write_samples(inputs, output, mask)
+            self._write_samples(self.sample_log, inputs, output, mask)
         return output
 
     def _write_samples(
-        self, inputs: list[dict[str, Any]], output: dict[str, Any], mask: torch.Tensor
+        self,
+        path: Path,
+        inputs: list[dict[str, Any]],
+        output: dict[str, Any],
+        mask: torch.Tensor,
     ) -> None:
         """One line per step: every sample's reward, advantage, sampled ids and both logprobs."""
         samples = []
@@ -151,5 +157,5 @@ class ServerGRPOTrainer(GRPOTrainer):
                 }
             )
         line = {"step": self.state.global_step + 1, "samples": samples}
-        with self.sample_log.open("a") as handle:
+        with path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
