@@ -1,14 +1,14 @@
-"""Does the built-in RL run learn? Held-out success: the RL policy vs its warm start.
+"""Does the built-in RL run learn, in every run? Held-out success: RL policy vs warm start.
 
-    .venv/bin/python -m bench.learning [--episodes 400] [--run-dir .data/bench-learning]
+    .venv/bin/python -m bench.learning [--runs 5] [--episodes 200] [--run-dir .data/bench-learning]
 
 Runs the built-in default pipeline (``rollgym run``'s config: SFT warm start, GRPO against
-the real server) in its own run dir, or resumes it there, then plays ``--episodes``
-GuessNumber episodes on held-out task seeds with each policy, sampled at the training
-temperature through the same server, and prints both success rates with 95% Wilson
-intervals, their difference with a 95% Newcombe interval, and a two-sided two-proportion
-z-test. RL "beats the warm start by a clear margin" when the difference's interval lies
-above zero.
+the real server) ``--runs`` times with seeds 0, 1, ... (``rollgym run --seed``: every
+random source of training changes; the held-out seeds do not), each in a fresh run dir,
+and prints per run the warm start's and the RL policy's success on the same held-out
+seeds with 95% Wilson intervals, their difference with a 95% Newcombe interval, and the
+wall time; then the median and range of the differences against the targets: every run
+at least +20 points, the median at least +30, each run at most 12 minutes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
+import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench import quiet_training_output
 from rollgym.trainer.evaluate import SuccessRate
+
+if TYPE_CHECKING:
+    from rollgym.run.pipeline import RunConfig, RunReport
 
 
 def difference_interval(a: SuccessRate, b: SuccessRate) -> tuple[float, float]:
@@ -30,47 +36,72 @@ def difference_interval(a: SuccessRate, b: SuccessRate) -> tuple[float, float]:
     return low, high
 
 
-def two_proportion_p(a: SuccessRate, b: SuccessRate) -> float:
-    """Two-sided p-value of the pooled two-proportion z-test."""
-    pooled = (a.successes + b.successes) / (a.episodes + b.episodes)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / a.episodes + 1 / b.episodes))
-    if se == 0:
-        return 1.0
-    z = (b.rate - a.rate) / se
-    return math.erfc(abs(z) / math.sqrt(2))
+TARGET_EVERY, TARGET_MEDIAN, TARGET_MINUTES = 20.0, 30.0, 12.0
 
 
 def main() -> None:
     quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=400, help="held-out episodes per policy")
+    parser.add_argument("--runs", type=int, default=5, help="runs, seeds 0 .. runs-1")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=200, help="held-out episodes per policy")
     parser.add_argument("--run-dir", type=Path, default=Path(".data/bench-learning"))
     args = parser.parse_args()
 
     from rollgym.run.pipeline import RunConfig, run_default
     from rollgym.trainer.config import parse_config
 
-    config = parse_config(RunConfig, run_dir=args.run_dir, eval_episodes=args.episodes)
-    load_before = os.getloadavg()
-    report = run_default(config)
-    warm, final = report.warm_start, report.final
-    assert warm is not None and final is not None
-    low, high = difference_interval(warm, final)
-    steps = report.train.steps
-    print(f"\nGuessNumber {config.task.env_kwargs}, {config.task.max_turns} turns, held-out seeds")
-    print(f"{'policy':<22}{'success':>9}{'95% CI':>17}{'mean reward':>13}")
-    for name, rate in (("warm start (SFT)", warm), (f"RL ({steps} GRPO steps)", final)):
-        ci = f"{100 * rate.low:.1f}-{100 * rate.high:.1f}%"
-        print(f"{name:<22}{100 * rate.rate:>8.1f}%{ci:>17}{rate.mean_reward:>13.3f}")
+    rows = []
+    for seed in range(args.first_seed, args.first_seed + args.runs):
+        run_dir = args.run_dir / f"seed-{seed}"
+        shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, never a resumed one
+        config = parse_config(RunConfig, run_dir=run_dir, eval_episodes=args.episodes, seed=seed)
+        load_before = os.getloadavg()[0]
+        report = run_default(config)
+        assert report.warm_start is not None and report.final is not None
+        rows.append((seed, report, load_before, os.getloadavg()[0]))
+        _print_table(config, rows)
+    _print_verdict([r[1] for r in rows])
+
+
+def _print_table(config: RunConfig, rows: list[tuple[int, RunReport, float, float]]) -> None:
+    print(f"\nGuessNumber {config.task.env_kwargs}, {config.task.max_turns} turns, ", end="")
+    print(f"{config.trainer.total_steps} GRPO steps, held-out seeds (success, 95% CI)")
     print(
-        f"difference {100 * (final.rate - warm.rate):+.1f} points "
-        f"(95% CI {100 * low:+.1f} to {100 * high:+.1f}), "
-        f"two-proportion z-test p = {two_proportion_p(warm, final):.2g}"
+        f"{'seed':>4}{'warm start':>24}{'after RL':>24}{'difference (95% CI)':>26}"
+        f"{'alarms':>8}{'wall':>9}{'load':>11}"
     )
+    for seed, report, load_before, load_after in rows:
+        warm, final = report.warm_start, report.final
+        assert warm is not None and final is not None
+        low, high = difference_interval(warm, final)
+        diff = f"{100 * (final.rate - warm.rate):+.1f} ({100 * low:+.1f}, {100 * high:+.1f})"
+        print(
+            f"{seed:>4}{_rate(warm):>24}{_rate(final):>24}{diff:>26}"
+            f"{len(report.alarm_crossings):>8}{report.wall_s / 60:>7.1f}m"
+            f"{load_before:>5.1f}-{load_after:<5.1f}"
+        )
+
+
+def _rate(rate: SuccessRate) -> str:
+    return f"{100 * rate.rate:.1f}% ({100 * rate.low:.1f}-{100 * rate.high:.1f})"
+
+
+def _print_verdict(reports: list[RunReport]) -> None:
+    diffs = [100 * (r.final.rate - r.warm_start.rate) for r in reports if r.final and r.warm_start]
+    minutes = [r.wall_s / 60 for r in reports]
+    median = statistics.median(diffs)
     print(
-        f"pipeline wall time {report.wall_s / 60:.1f} min; load average before "
-        f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        f"\ndifference: median {median:+.1f} points, range {min(diffs):+.1f} to {max(diffs):+.1f} "
+        f"over {len(diffs)} runs; wall time {min(minutes):.1f}-{max(minutes):.1f} min"
     )
+    checks = (
+        (f"every run >= +{TARGET_EVERY:.0f} points", min(diffs) >= TARGET_EVERY),
+        (f"median >= +{TARGET_MEDIAN:.0f} points", median >= TARGET_MEDIAN),
+        (f"every run <= {TARGET_MINUTES:.0f} min", max(minutes) <= TARGET_MINUTES),
+    )
+    for what, met in checks:
+        print(f"  {'met' if met else 'NOT MET':<8}{what}")
 
 
 if __name__ == "__main__":

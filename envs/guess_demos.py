@@ -1,9 +1,10 @@
 """GuessNumber policies and demonstrations for SFT warm-start.
 
 ``GuessPolicy(low, high)`` is the oracle: binary search over the range the feedback so far
-leaves open. With ``noise > 0`` each guess is, with that probability, a random number from
-the open range instead of its midpoint: still valid play (never a guess the feedback has
-ruled out), just slower, so there is room for RL to improve on it.
+leaves open. With ``noise > 0`` each guess is, with that probability, a wasteful one instead
+of the midpoint: a random number from the open range (``style="random"``) or its lowest
+number (``style="lowest"``, linear search). Both are still valid play (never a guess the
+feedback has ruled out), just slower, so there is room for RL to improve on it.
 
 ``demonstrations(n, seed=0, noise=0.0)`` plays ``n`` episodes of the real env with that
 policy and returns each whole conversation (opening messages, then the assistant's guess
@@ -18,8 +19,10 @@ and the env's feedback for every turn)::
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import gymnasium
 
@@ -29,17 +32,26 @@ from rollgym.envs.messages import Message, assistant
 
 GUESS_NUMBER_ID = "rollgym/GuessNumber-v0"
 _HIGHER, _LOWER = FEEDBACK["higher"], FEEDBACK["lower"]
+NoiseStyle = Literal["random", "lowest"]
 
 
 class GuessPolicy:
-    """Binary search over the still-open range; ``noise`` of the guesses random within it."""
+    """Binary search over the still-open range; ``noise`` of the guesses wasteful (``style``)."""
 
     def __init__(
-        self, low: int = 1, high: int = 16, *, noise: float = 0.0, seed: int | None = None
+        self,
+        low: int = 1,
+        high: int = 16,
+        *,
+        noise: float = 0.0,
+        style: NoiseStyle = "random",
+        seed: int | None = None,
     ):
         if not 0.0 <= noise <= 1.0:
             raise ValueError(f"noise must be in [0, 1], got {noise}")
-        self.low, self.high, self.noise = low, high, noise
+        if style not in ("random", "lowest"):
+            raise ValueError(f"style must be 'random' or 'lowest', got {style!r}")
+        self.low, self.high, self.noise, self.style = low, high, noise, style
         self._rng = random.Random(seed)
 
     def open_range(self, history: Sequence[Message]) -> tuple[int, int]:
@@ -48,9 +60,9 @@ class GuessPolicy:
         for message in history:
             if message["role"] == "assistant":
                 guess = _guess_or_none(message["content"], self.low, self.high)
-            elif guess is not None and message["content"] == _HIGHER:
+            elif guess is not None and message["content"].startswith(_HIGHER):
                 low = max(low, guess + 1)
-            elif guess is not None and message["content"] == _LOWER:
+            elif guess is not None and message["content"].startswith(_LOWER):
                 high = min(high, guess - 1)
         return low, high
 
@@ -60,7 +72,7 @@ class GuessPolicy:
         if high < low:  # feedback contradicts itself: no valid guess is left
             raise ValueError(f"no number is consistent with the feedback ({low}..{high})")
         if self.noise and self._rng.random() < self.noise:
-            return str(self._rng.randint(low, high))
+            return str(self._rng.randint(low, high) if self.style == "random" else low)
         return str((low + high) // 2)
 
 
@@ -77,29 +89,89 @@ def demonstrations(
     *,
     seed: int = 0,
     noise: float = 0.0,
+    style: NoiseStyle = "random",
     low: int = 1,
     high: int = 16,
     max_turns: int = 6,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> list[list[Message]]:
-    """``n`` whole GuessNumber conversations played by ``GuessPolicy(noise=noise)``.
+    """``n`` whole GuessNumber conversations played by ``GuessPolicy(noise=noise, style=style)``.
 
     Episode ``i`` is reset with seed ``seed + i``, so the set is reproducible. With noise,
     some episodes may run out of turns; they are kept (valid, unsuccessful play).
+    ``env_kwargs`` go to the env beside the range (``strict``, ``feedback``).
     """
-    policy = GuessPolicy(low, high, noise=noise, seed=seed)
-    env = gymnasium.make(GUESS_NUMBER_ID, low=low, high=high, max_episode_steps=max_turns)
-    conversations = []
+    policy = GuessPolicy(low, high, noise=noise, style=style, seed=seed)
+    env = _env(low, high, max_turns, env_kwargs)
     try:
-        for i in range(n):
-            observation, _ = env.reset(seed=seed + i)
-            history = list(observation)
-            done = False
-            while not done:
-                action = policy(history)
-                observation, _, terminated, truncated, _ = env.step(action)
-                history += [assistant(action), *observation]
-                done = terminated or truncated
-            conversations.append(history)
+        return [_play(env, seed + i, lambda history, turn: policy(history)) for i in range(n)]
     finally:
         env.close()
-    return conversations
+
+
+def drills(
+    n: int,
+    *,
+    seed: int = 0,
+    low: int = 1,
+    high: int = 16,
+    max_turns: int = 6,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> list[list[dict[str, Any]]]:
+    """``n`` conversations that teach the last turn only, from any position.
+
+    ``max_turns - 1`` guesses drawn anywhere in the range, each marked ``weight`` 0 (OpenAI's
+    flag: context, not trained on), then the oracle's guess in whatever range they left
+    open. Whole games reach the late positions of binary search rarely (a position after two
+    good guesses is ~1% of them), and a small model fitted on them reads the range there
+    poorly; drills show every such position without teaching the early guesses. A game a
+    random guess wins early teaches nothing and is skipped.
+    """
+    oracle, rng = GuessPolicy(low, high), random.Random(seed)
+
+    def guess(history: Sequence[Message], turn: int) -> str:
+        return oracle(history) if turn == max_turns - 1 else str(rng.randint(low, high))
+
+    env = _env(low, high, max_turns, env_kwargs)
+    out: list[list[dict[str, Any]]] = []
+    try:
+        for game_seed in itertools.count(seed):
+            if len(out) == n:
+                break
+            history = _play(env, game_seed, guess)
+            moves = [i for i, m in enumerate(history) if m["role"] == "assistant"]
+            if len(moves) == max_turns:  # the trained turn was reached
+                early = set(moves[:-1])
+                out.append(
+                    [_untrained(m) if i in early else dict(m) for i, m in enumerate(history)]
+                )
+    finally:
+        env.close()
+    return out
+
+
+def _untrained(message: Message) -> dict[str, Any]:
+    return {**message, "weight": 0}
+
+
+def _env(
+    low: int, high: int, max_turns: int, env_kwargs: Mapping[str, Any] | None
+) -> gymnasium.Env[Any, Any]:
+    return gymnasium.make(
+        GUESS_NUMBER_ID, low=low, high=high, max_episode_steps=max_turns, **(env_kwargs or {})
+    )
+
+
+def _play(
+    env: gymnasium.Env[Any, Any], seed: int, guess: Callable[[Sequence[Message], int], str]
+) -> list[Message]:
+    """One whole game: ``guess(history, turn)`` makes each move."""
+    observation, _ = env.reset(seed=seed)
+    history = list(observation)
+    done, turn = False, 0
+    while not done:
+        action = guess(history, turn)
+        observation, _, terminated, truncated, _ = env.step(action)
+        history += [assistant(action), *observation]
+        done, turn = terminated or truncated, turn + 1
+    return history

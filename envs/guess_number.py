@@ -12,8 +12,20 @@ from the registration's ``max_episode_steps``) and short messages::
     user       Correct!
 
 A message must hold exactly one integer (ASCII digits) in the range; anything else is
-rejected with feedback and costs ``invalid_penalty``. Finding the number pays
+rejected with feedback and costs ``invalid_penalty``. With ``strict=True`` the message must be
+the number and nothing else (surrounding whitespace aside): "I guess 5" is rejected too. RL on
+a small model needs that: text around the number that the reward ignores drifts freely
+(docs/training.md). Finding the number pays
 ``1 - turn_cost * (turns - 1)``; running out of turns pays nothing (``truncated``).
+
+With ``feedback="range"`` each verdict also names the range still open, so the last message
+alone says where the number is ("Higher. From 5 to 8."): a small model that cannot carry
+its earlier guesses forward can still play well (the built-in run's task; docs/training.md)::
+
+    >>> env = GuessNumberEnv(low=1, high=8, feedback="range")
+    >>> _ = env.reset(options={"task_id": "guess-6"})
+    >>> env.step("4")[0][0]["content"], env.step("7")[0][0]["content"]
+    ('Higher. From 5 to 8.', 'Lower. From 5 to 6.')
 
 Task ids are ``"guess-<target>"``; ``reset(options={"task_id": "guess-7"})`` picks one.
 """
@@ -30,6 +42,7 @@ from rollgym.envs.errors import ActionError, TaskNotFound
 from rollgym.envs.messages import system, user
 
 Verdict = Literal["higher", "lower", "correct", "invalid"]
+Feedback = Literal["direction", "range"]
 FEEDBACK: dict[Verdict, str] = {"higher": "Higher.", "lower": "Lower.", "correct": "Correct!"}
 _INTEGER = re.compile(r"-?[0-9]+")
 
@@ -70,8 +83,13 @@ class GuessTerminalReward:
         return 1.0 - self.turn_cost * (episode.turns - 1) if episode.found else 0.0
 
 
-def parse_guess(text: str, low: int, high: int) -> int:
-    """The one integer in ``text`` if it lies in ``[low, high]``; else ``ActionError``."""
+def parse_guess(text: str, low: int, high: int, *, strict: bool = False) -> int:
+    """The one integer in ``text`` if it lies in ``[low, high]``; else ``ActionError``.
+
+    ``strict``: ``text`` must be that integer alone (surrounding whitespace aside).
+    """
+    if strict and not _INTEGER.fullmatch(text.strip()):
+        raise ActionError(f"Reply with the number only, from {low} to {high}.")
     numbers = _INTEGER.findall(text)
     if len(numbers) != 1:
         how = "no number" if not numbers else f"{len(numbers)} numbers"
@@ -92,16 +110,21 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         high: int = 16,
         step_reward: Callable[[GuessStep], float] | None = None,
         terminal_reward: Callable[[GuessEpisode], float] | None = None,
+        strict: bool = False,
+        feedback: Feedback = "direction",
     ):
         if low > high:
             raise ValueError(f"low ({low}) must be <= high ({high})")
+        if feedback not in ("direction", "range"):
+            raise ValueError(f"feedback must be 'direction' or 'range', got {feedback!r}")
         super().__init__(
             step_reward=step_reward or GuessStepReward(),
             terminal_reward=terminal_reward or GuessTerminalReward(),
             max_action_chars=4_000,
         )
-        self.low, self.high = low, high
+        self.low, self.high, self.strict, self.feedback = low, high, strict, feedback
         self._target = low
+        self._open_range = (low, high)
         self._found = False
 
     def task_ids(self) -> list[str]:
@@ -115,6 +138,7 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         else:
             self._target = int(self.np_random.integers(self.low, self.high + 1))
         self._found = False
+        self._open_range = (self.low, self.high)
         span = f"from {self.low} to {self.high}"
         return Opening(
             task_id=f"guess-{self._target}",
@@ -125,13 +149,26 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         )
 
     def _turn(self, action: str) -> Turn[GuessStep]:
-        guess = parse_guess(action, self.low, self.high)
+        guess = parse_guess(action, self.low, self.high, strict=self.strict)
         verdict: Verdict
         if guess == self._target:
             verdict, self._found = "correct", True
         else:
             verdict = "higher" if guess < self._target else "lower"
-        return Turn((user(FEEDBACK[verdict]),), GuessStep(guess, verdict), terminated=self._found)
+        reply = user(self._say(guess, verdict))
+        return Turn((reply,), GuessStep(guess, verdict), terminated=self._found)
+
+    def _say(self, guess: int, verdict: Verdict) -> str:
+        """The verdict's words; with ``feedback="range"``, then the range still open."""
+        low, high = self._open_range
+        if verdict == "higher":
+            low = max(low, guess + 1)
+        elif verdict == "lower":
+            high = min(high, guess - 1)
+        self._open_range = (low, high)
+        if self.feedback == "direction" or verdict == "correct":
+            return FEEDBACK[verdict]
+        return f"{FEEDBACK[verdict]} From {low} to {high}."
 
     def _rejected(self, error: str) -> GuessStep:
         return GuessStep(None, "invalid")

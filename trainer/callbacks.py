@@ -18,6 +18,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from rollgym.trainer.alarms import AlarmWatch, step_alarms
 from rollgym.trainer.checkpoint import write_state
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
@@ -50,6 +51,7 @@ class StepCallback(TrainerCallback):
         self.step_log = step_log
         self.on_ready = on_ready
         self.printer = printer
+        self.alarms = AlarmWatch(config.alarms)
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -67,20 +69,28 @@ class StepCallback(TrainerCallback):
         step = state.global_step
         if step % self.config.push_every == 0 or step >= state.max_steps:
             self._push(kw["model"])
-        record = self.progress.end_step(
+        self.progress.end_step(
             step=step,
             policy_version=self.pusher.version,
             dropped_total=self.feed.ledger.dropped.total,
         )
-        self.step_log.append(record)
-        if self.printer is not None:
-            self.printer(self.progress.render(total_steps=state.max_steps))
 
     def on_log(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        logs = kw.get("logs") or {}
-        self.progress.on_trl_logs({k: v for k, v in logs.items() if isinstance(v, int | float)})
+        """TRL logs a step's metrics after the step ends: the step's record is complete
+        only now, so it is written, shown and held to the alarm bounds here."""
+        logs = {k: v for k, v in (kw.get("logs") or {}).items() if isinstance(v, int | float)}
+        self.progress.on_trl_logs(logs)
+        steps = self.progress.steps
+        if "loss" not in logs or not steps or steps[-1].step != state.global_step:
+            return  # not a step's log (the run's closing summary)
+        record = self.progress.add_alarms(step_alarms(logs))
+        self.step_log.append(record)
+        if self.printer is not None:
+            self.printer(self.progress.render(total_steps=state.max_steps))
+            for line in self.alarms.check(record.step, record.alarms):
+                self.printer(line)
 
     def _push(self, model: Any) -> None:
         started = time.time()

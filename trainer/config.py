@@ -27,6 +27,8 @@ from rollgym.trainer.errors import TrainerConfigError
 C = TypeVar("C", bound=BaseModel)
 ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo"]
+RewardScaling = Literal["group", "batch", "none"]
+Schedule = Literal["constant", "cosine", "linear"]
 
 
 class _Config(BaseModel):
@@ -48,6 +50,24 @@ class ClientConfig(_Config):
     )
 
 
+class AlarmBounds(_Config):
+    """Collapse alarms: the bound each per-step metric must keep (``max_``: at most, ``min_``:
+    at least; None: not watched). A step that crosses one prints one warning line; the same
+    metric warns again only after it has come back (``trainer.alarms``)."""
+
+    max_kl_behaviour: float | None = Field(
+        0.02, gt=0, description="KL(behaviour || trainer) on the sampled tokens"
+    )
+    max_entropy: float | None = Field(None, gt=0, description="mean entropy of sampled tokens")
+    max_clip_ratio: float | None = Field(0.2, gt=0, description="share of tokens PPO clipped")
+    min_is_ratio_p01: float | None = Field(0.3, gt=0, description="1st pct. of the IS ratio")
+    max_is_ratio_p99: float | None = Field(2.0, gt=0, description="99th pct. of the IS ratio")
+    max_grad_norm: float | None = Field(None, gt=0, description="gradient norm before clipping")
+    max_zero_variance_groups: float | None = Field(
+        None, ge=0, le=1, description="share of the batch's groups whose rewards are all equal"
+    )
+
+
 class TrainerConfig(_Config):
     """One GRPO run against a rollout server; see the module docstring for the two modes."""
 
@@ -59,12 +79,23 @@ class TrainerConfig(_Config):
     # --- optimisation (TRL's GRPO loss)
     total_steps: int = Field(100, ge=1, description="optimizer steps of the whole run")
     learning_rate: float = Field(2e-4, gt=0)
+    lr_schedule: Schedule = Field("constant", description="after the warm-up; decays reach 0")
+    warmup_steps: int = Field(0, ge=0, description="linear learning-rate warm-up")
+    adam_epsilon: float = Field(1e-8, gt=0)
+    train_embeddings: bool = Field(
+        True,
+        description="train the token embeddings (and the output head). Off: Adam cannot drift "
+        "the rows of tokens the policy never samples (see docs/training.md)",
+    )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     loss_type: LossType = "dapo"
     epsilon: float = Field(0.2, gt=0, description="PPO clip range (low side)")
     epsilon_high: float = Field(0.28, gt=0, description="PPO clip range (high side)")
     beta: float = Field(0.0, ge=0, description="KL weight to the start weights (0: no KL term)")
+    scale_rewards: RewardScaling = Field(
+        "group", description="divide advantages by the group's reward std, the batch's, or not"
+    )
     temperature: float = Field(
         1.0, gt=0, description="sampling temperature; must match the rollout job's"
     )
@@ -83,6 +114,12 @@ class TrainerConfig(_Config):
     )
     keep_checkpoints: int = Field(
         2, ge=2, description="checkpoints kept on disk (>= 2: one survives a crash mid-save)"
+    )
+    alarms: AlarmBounds = Field(default_factory=AlarmBounds)
+    log_samples: bool = Field(
+        False,
+        description="append every step's samples (reward, advantage, sampled ids, behaviour and "
+        "trainer logprobs) to <output_dir>/samples.jsonl, for diagnosing a run",
     )
     pull_timeout_s: float = Field(10.0, gt=0, le=600, description="one long-poll's wait")
     stall_timeout_s: float = Field(600.0, gt=0, description="give up after this long starved")

@@ -35,12 +35,17 @@ class DashboardCallback(TrainerCallback):
         self.printer = printer
         self.enabled = True
         self._spans_sent = 0
+        self._reported = -1
 
-    def on_step_end(
+    def on_log(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
-        if not self.enabled or not self.progress.steps:
-            return
+        """After ``StepCallback.on_log`` has completed the step's record (alarms included)."""
+        steps = self.progress.steps
+        step = state.global_step
+        if not self.enabled or not steps or steps[-1].step != step or self._reported == step:
+            return  # no step closed since the last report (the run's closing summary)
+        self._reported = step
         spans = self.progress.timeline.spans["training"][self._spans_sent :]
         report = TrainerReport(**self.progress.steps[-1].model_dump(), busy_spans=spans)
         try:

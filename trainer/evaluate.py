@@ -1,12 +1,16 @@
 """Success rate of a policy on held-out task seeds, measured through the rollout server.
 
-The policy's weights are pushed to the server, an evaluation job runs one episode per
-held-out seed (``group_size=1``, nothing filtered), and the episodes sampled from exactly
-those weights are pulled (``max_staleness=0``) and acked. The rate comes with a Wilson
-score interval, which stays inside [0, 1] and is honest for rates near 0 or 1.
+``evaluate_server`` runs an evaluation job on the server's current policy: ``k`` samples
+per held-out seed (one group per seed), kept as they finished (``RolloutJob.evaluation``:
+nothing filtered, infrastructure failures included), sampled from exactly that version
+(``max_staleness=0``), pulled and acked. The first group of each seed counts, whatever it
+holds: a failed episode is reported as an infrastructure failure, never sampled again.
+``Evaluation`` gives the success rate per sample and pass@k (seeds solved by any of
+their samples), each with a Wilson score interval, which stays inside [0, 1] and is honest
+for rates near 0 or 1. ``evaluate_weights`` first pushes a model directory's weights.
 
 Evaluation and training share the server's buffer, so stop the training job first; groups
-that are not this evaluation's (other seeds, other sizes) are acked and ignored.
+that are not this evaluation's (other seeds, other versions) are acked and ignored.
 """
 
 from __future__ import annotations
@@ -68,6 +72,84 @@ def held_out_seeds(count: int, *, start: int = 10_000_000) -> list[int]:
     return list(range(start, start + count))
 
 
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """``samples`` episodes on each held-out seed: success per sample and pass@k.
+
+    Rates are over valid episodes; ``infra_failures`` counts those that failed for reasons
+    of the infrastructure (the env or sandbox broke), reported apart and not re-sampled.
+    """
+
+    seeds: int
+    samples: int
+    per_sample: SuccessRate
+    pass_at_k: SuccessRate
+    infra_failures: int
+
+    def summary(self) -> dict[str, object]:
+        """The figures as JSON-ready values (``rollgym eval --json``)."""
+
+        def rate(value: SuccessRate) -> dict[str, float]:
+            return {**dataclasses.asdict(value), "rate": value.rate}
+
+        return {
+            "seeds": self.seeds,
+            "samples_per_seed": self.samples,
+            "success": rate(self.per_sample),
+            f"pass@{self.samples}": rate(self.pass_at_k),
+            "infra_failures": self.infra_failures,
+        }
+
+
+def evaluation_of(groups: Sequence[Sequence[Trajectory]], samples: int) -> Evaluation:
+    """The figures of one group of ``samples`` episodes per seed."""
+    valid = [[t for t in group if t.valid] for group in groups]
+    tried = [group for group in valid if group]
+    solved = sum(any(succeeded(t) for t in group) for group in tried)
+    low, high = wilson_interval(solved, len(tried))
+    best = [max(t.reward for t in group) for group in tried]
+    return Evaluation(
+        seeds=len(groups),
+        samples=samples,
+        per_sample=success_rate([t for group in valid for t in group]),
+        pass_at_k=SuccessRate(solved, len(tried), low, high, sum(best) / max(len(best), 1)),
+        infra_failures=sum(len(g) for g in groups) - sum(len(g) for g in valid),
+    )
+
+
+def evaluate_server(
+    client: ServerClient,
+    *,
+    env_id: str,
+    env_kwargs: dict[str, object],
+    seeds: Sequence[int],
+    samples: int = 1,
+    max_turns: int | None,
+    sampling: SamplingSettings,
+    timeout_s: float = 900.0,
+) -> Evaluation:
+    """Play ``samples`` episodes per seed with the server's current policy (module docstring)."""
+    version = client.policy_version()
+    job = RolloutJob(
+        env_id=env_id,
+        env_kwargs=env_kwargs,
+        group_size=samples,
+        groups_per_batch=min(len(seeds), 4096),
+        max_staleness=0,
+        max_turns=max_turns,
+        sampling=sampling,
+        seeds=list(seeds),
+        drop_zero_variance=False,
+        evaluation=True,
+    )
+    client.start_rollouts(job)
+    try:
+        groups = _collect(client, version, set(seeds), timeout_s)
+    finally:
+        client.stop_rollouts()
+    return evaluation_of(groups, samples)
+
+
 def evaluate_weights(
     client: ServerClient,
     model_dir: Path,
@@ -83,48 +165,39 @@ def evaluate_weights(
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-    pusher = WeightPusher(client, version=client.policy_version())
-    pusher.push(model)
-    job = RolloutJob(
+    WeightPusher(client, version=client.policy_version()).push(model)
+    evaluation = evaluate_server(
+        client,
         env_id=env_id,
         env_kwargs=env_kwargs,
-        group_size=1,
-        groups_per_batch=len(seeds),
-        max_staleness=0,
+        seeds=seeds,
         max_turns=max_turns,
         sampling=sampling,
-        seeds=list(seeds),
-        drop_zero_variance=False,
+        timeout_s=timeout_s,
     )
-    client.start_rollouts(job)
-    try:
-        episodes = _collect(client, pusher.version, set(seeds), timeout_s)
-    finally:
-        client.stop_rollouts()
-    return success_rate(episodes)
+    return evaluation.per_sample
 
 
 def _collect(
     client: ServerClient, version: int, seeds: set[int], timeout_s: float
-) -> list[Trajectory]:
-    """One valid episode per seed, sampled at ``version``; everything else acked away."""
-    found: dict[int, Trajectory] = {}
+) -> list[list[Trajectory]]:
+    """The first group of each seed sampled at ``version``; everything else acked away."""
+    found: dict[int, list[Trajectory]] = {}
     deadline = time.monotonic() + timeout_s
     while len(found) < len(seeds):
         if time.monotonic() > deadline:
-            raise StarvedError(f"evaluation got {len(found)}/{len(seeds)} episodes in time")
+            raise StarvedError(f"evaluation got {len(found)}/{len(seeds)} seeds in time")
         answer = client.pull(
             PullRequest(
                 trainer_version=version,
                 max_staleness=0,
-                num_groups=len(seeds) - len(found),
+                num_groups=min(len(seeds) - len(found), 4096),
                 timeout_s=10.0,
             )
         )
         for group in answer.groups:
-            for trajectory in group.trajectories:
-                seed = trajectory.task_seed
-                if seed in seeds and seed not in found and trajectory.valid:
-                    found[seed] = trajectory
+            seed = group.task_seed
+            if seed in seeds and seed not in found:
+                found[seed] = group.trajectories
         client.ack([g.group_id for g in answer.groups])
     return [found[s] for s in sorted(found)]

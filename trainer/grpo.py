@@ -14,11 +14,15 @@ syncs weights over NCCL; neither exists on a CPU-only machine without network.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from rollgym.trainer.alarms import behaviour_stats, zero_variance_share
 from rollgym.trainer.config import TrainerConfig
 
 PLACEHOLDER_PROMPT = "(tasks are chosen by the rollout server)"
@@ -35,7 +39,9 @@ def grpo_args(config: TrainerConfig) -> GRPOConfig:
         num_iterations=1,
         max_steps=config.total_steps,
         learning_rate=config.learning_rate,
-        lr_scheduler_type="constant",
+        lr_scheduler_type=config.lr_schedule,
+        warmup_steps=config.warmup_steps,
+        adam_epsilon=config.adam_epsilon,
         weight_decay=config.weight_decay,
         max_grad_norm=config.max_grad_norm,
         loss_type=config.loss_type,
@@ -43,7 +49,7 @@ def grpo_args(config: TrainerConfig) -> GRPOConfig:
         epsilon_high=config.epsilon_high,
         beta=config.beta,
         temperature=config.temperature,
-        scale_rewards="group",
+        scale_rewards=config.scale_rewards,
         vllm_importance_sampling_correction=True,
         vllm_importance_sampling_mode=config.importance_sampling,
         vllm_importance_sampling_clip_max=config.importance_sampling_cap,
@@ -82,13 +88,74 @@ class ServerGRPOTrainer(GRPOTrainer):
       override marks them as loaded.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        sample_log: Path | None = None,
+        train_embeddings: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if self.rollout_func is None:
             raise ValueError("ServerGRPOTrainer needs rollout_func (the server's group feed)")
+        if not train_embeddings:  # before train() builds the optimizer from trainable params
+            model: Any = self.model
+            for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+                if module is not None:
+                    module.weight.requires_grad_(False)
         self.use_vllm = True
         self._last_loaded_step = -1
+        self.sample_log = sample_log
 
     def _generate(self, prompts: list[Any]) -> Any:
         self._last_loaded_step = self.state.global_step  # pushed over HTTP, not by TRL
         return super()._generate(prompts)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        mask = output["completion_mask"] * output.get("tool_mask", 1)
+        stats = behaviour_stats(
+            output["old_per_token_logps"],
+            output["sampling_per_token_logps"],
+            mask,
+            cap=self.vllm_importance_sampling_clip_max,
+        )
+        rewards = [x["trajectory_reward"] if x["trajectory_valid"] else None for x in inputs]
+        stats["zero_variance_groups"] = zero_variance_share(
+            rewards, self.num_generations or len(rewards)
+        )
+        for name, value in stats.items():
+            self._metrics["train"][f"alarms/{name}"].append(value)
+        if self.sample_log is not None:
+            self._write_samples(self.sample_log, inputs, output, mask)
+        return output
+
+    def _write_samples(
+        self,
+        path: Path,
+        inputs: list[dict[str, Any]],
+        output: dict[str, Any],
+        mask: torch.Tensor,
+    ) -> None:
+        """One line per step: every sample's reward, advantage, sampled ids and both logprobs."""
+        samples = []
+        for i, sample in enumerate(inputs):
+            keep = mask[i].bool()
+            samples.append(
+                {
+                    "group": sample["group_id"],
+                    "reward": sample["trajectory_reward"],
+                    "valid": sample["trajectory_valid"],
+                    "advantage": round(float(output["advantages"][i]), 4),
+                    "ids": output["completion_ids"][i][keep].tolist(),
+                    "lp_behaviour": [
+                        round(x, 4) for x in output["sampling_per_token_logps"][i][keep].tolist()
+                    ],
+                    "lp_trainer": [
+                        round(x, 4) for x in output["old_per_token_logps"][i][keep].tolist()
+                    ],
+                }
+            )
+        line = {"step": self.state.global_step + 1, "samples": samples}
+        with path.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")

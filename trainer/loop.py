@@ -103,6 +103,8 @@ def train(
             args=grpo_args(config),
             train_dataset=placeholder_prompts(config),
             rollout_func=feed,
+            sample_log=config.output_dir / "samples.jsonl" if config.log_samples else None,
+            train_embeddings=config.train_embeddings,
             callbacks=[
                 step_callback,
                 DashboardCallback(client, progress, printer=printer),

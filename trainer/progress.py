@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 import time
 from collections import deque
@@ -48,6 +49,7 @@ class StepRecord(BaseModel):
     wait_s: float
     train_s: float
     sync_s: float
+    alarms: dict[str, float] = {}  # the step's collapse metrics (trainer.alarms)
 
 
 @dataclasses.dataclass
@@ -108,6 +110,13 @@ class RunProgress:
         """TRL's own metrics of the last step (loss, importance-sampling ratio, entropy)."""
         self.trl_logs = logs
 
+    def add_alarms(self, alarms: dict[str, float]) -> StepRecord:
+        """Complete the last step's record with its collapse metrics (finite ones only:
+        TRL logs them after the step has closed)."""
+        finite = {k: v for k, v in alarms.items() if math.isfinite(v)}
+        self.steps[-1] = self.steps[-1].model_copy(update={"alarms": finite})
+        return self.steps[-1]
+
     def end_step(self, *, step: int, policy_version: int, dropped_total: int) -> StepRecord:
         batch, self._batch = self._batch, _Batch()
         n = len(batch.rewards)
@@ -152,6 +161,8 @@ class RunProgress:
             lines.append(f"  {name:<12}{p50 * 1e3:>7.1f}ms{p90 * 1e3:>8.1f}ms")
         if trl := _trl_line(self.trl_logs):
             lines.append(trl)
+        if last is not None and last.alarms:
+            lines.append(_alarm_line(last.alarms))
         if self.sync_s:
             lines.append(
                 f"  weight sync  last {self.sync_s[-1] * 1e3:.0f}ms, "
@@ -183,6 +194,22 @@ _TRL_METRICS = (
 def _trl_line(logs: dict[str, float]) -> str:
     shown = [f"{label} {logs[key]:.3g}" for key, label in _TRL_METRICS if key in logs]
     return "  TRL: " + ", ".join(shown) if shown else ""
+
+
+def _alarm_line(alarms: dict[str, float]) -> str:
+    """The collapse metrics of the step (``trainer.alarms``)."""
+    shown = [
+        ("KL(b||t)", "kl_behaviour", ".4f"),
+        ("IS p01/p50/p99", ("is_ratio_p01", "is_ratio_p50", "is_ratio_p99"), ".2f"),
+        ("clip", "clip_ratio", ".3f"),
+        ("zero-var groups", "zero_variance_groups", ".2f"),
+    ]
+    parts = []
+    for label, keys, spec in shown:
+        keys = (keys,) if isinstance(keys, str) else keys
+        if all(k in alarms for k in keys):
+            parts.append(f"{label} " + "/".join(format(alarms[k], spec) for k in keys))
+    return "  alarms: " + ", ".join(parts)
 
 
 def _percentiles(values: Sequence[float] | deque[float]) -> tuple[float, float]:

@@ -13,6 +13,9 @@ structure instead::
      "type": "function", "function": {"name": "python", "arguments": "{\\"code\\": ...}"}}]}
     {"role": "tool", "tool_call_id": "call_1_0", "content": "2\\n"}
 
+An assistant message may carry OpenAI's ``weight`` (0: context only, not trained on; 1 or
+absent: trained on), which both conversions keep.
+
 ``chat_record`` converts one way (a tool message with no call left to answer, e.g. the
 env's complaint about a malformed call, becomes a ``user`` message, as OpenAI allows a
 tool message only after a call); ``template_messages`` converts back to what a model
@@ -64,6 +67,9 @@ class ChatTurn(BaseModel):
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    weight: Literal[0, 1] | None = Field(
+        None, description="an assistant message's training weight (0: context only)"
+    )
 
 
 class ChatRecord(BaseModel):
@@ -116,6 +122,7 @@ def chat_record(
                     role="assistant",
                     content=text if text or not calls else None,
                     tool_calls=calls or None,
+                    weight=message.get("weight"),
                 )
             )
         elif role == "tool" and pending:
@@ -127,15 +134,19 @@ def chat_record(
     return ChatRecord(messages=turns, tools=list(tools) if tools else None)
 
 
-def template_messages(record: ChatRecord) -> list[dict[str, str]]:
-    """Back to role/content text: each call as ``<tool_call>`` after the message's text."""
-    out = []
+def template_messages(record: ChatRecord) -> list[dict[str, Any]]:
+    """Back to role/content text: each call as ``<tool_call>`` after the message's text
+    (and an assistant message's ``weight``, if it has one)."""
+    out: list[dict[str, Any]] = []
     for turn in record.messages:
         text = turn.content or ""
         for call in turn.tool_calls or ():
             body = {"name": call.function.name, "arguments": json.loads(call.function.arguments)}
             text += f"<tool_call>{json.dumps(body, ensure_ascii=False)}</tool_call>"
-        out.append({"role": turn.role, "content": text})
+        message: dict[str, Any] = {"role": turn.role, "content": text}
+        if turn.weight is not None:
+            message["weight"] = turn.weight
+        out.append(message)
     return out
 
 

@@ -42,6 +42,12 @@ class TrainerReport(BaseModel):
         max_length=10_000,
         description="the training stage's busy spans (start, end) since the last report",
     )
+    alarms: dict[str, float] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="the step's collapse metrics (KL behaviour||trainer, entropy, clip ratio, "
+        "IS ratio percentiles, grad norm, zero-variance share; rollgym.trainer.alarms)",
+    )
 
     @model_validator(mode="after")
     def _ordered_spans(self) -> TrainerReport:
@@ -99,6 +105,11 @@ class RewardPoint(BaseModel):
     count: int
 
 
+class AlarmPoint(BaseModel):
+    step: int
+    metrics: dict[str, float]
+
+
 class DashboardData(BaseModel):
     now: float
     started_at: float
@@ -115,4 +126,7 @@ class DashboardData(BaseModel):
     latency: dict[str, Percentiles] = Field(description="since start: model, environment...")
     version_lag: list[tuple[int, int]] = Field(description="(lag, trajectories pulled)")
     rewards: list[RewardPoint] = Field(description="mean valid return per sampling version")
+    alarms: list[AlarmPoint] = Field(
+        default_factory=list, description="the trainer's collapse metrics per reported step"
+    )
     cost: CostBoard | None = Field(None, description="the cost board (rollgym.contract.cost)")

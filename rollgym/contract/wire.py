@@ -286,6 +286,11 @@ class RolloutJob(_Input):
         1.0, ge=1.0, le=16.0, description="run this many times the groups needed"
     )
     drop_zero_variance: bool = Field(True, description="drop groups whose rewards are all equal")
+    evaluation: bool = Field(
+        False,
+        description="an evaluation job: every group goes to the buffer as it finished, "
+        "invalid trajectories included and nothing filtered (rollgym eval; not for training)",
+    )
 
 
 class RolloutStatus(BaseModel):

@@ -36,6 +36,12 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--eval-episodes", type=int, help="held-out episodes per policy (0: skip)")
     run.add_argument(
+        "--seed",
+        type=int,
+        help="every random source of training (demonstrations, GRPO, task seeds, sampling); "
+        "evaluation seeds stay fixed",
+    )
+    run.add_argument(
         "--server", help="train against this running server (token: $ROLLGYM_ADMIN_TOKEN)"
     )
     run.add_argument(
@@ -71,6 +77,7 @@ def run_config_values(args: argparse.Namespace) -> dict[str, Any]:
         "eval_episodes": args.eval_episodes,
         "server_url": args.server,
         "servers": args.servers,
+        "seed": args.seed,
         "trainer": {"total_steps": args.steps, "max_staleness": args.max_staleness},
     }
     flags["trainer"] = {k: v for k, v in flags["trainer"].items() if v is not None}

@@ -34,9 +34,10 @@ from rollgym.contract.wire import RolloutJob, SamplingSettings
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
-from rollgym.run.warmstart import WarmStartConfig, warm_start
+from rollgym.run.warmstart import BUILT_IN_RULES, WarmStartConfig, warm_start
+from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import ClientConfig, TrainerConfig
+from rollgym.trainer.config import AlarmBounds, ClientConfig, TrainerConfig
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
 from rollgym.trainer.loop import TrainResult, train
@@ -48,7 +49,9 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     env_id: str = "rollgym/GuessNumber-v0"
-    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 8})
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: {"low": 1, "high": 8, **BUILT_IN_RULES}
+    )
     max_turns: int = Field(3, ge=1)
     max_tokens: int = Field(8, ge=1, description="per model turn")
     temperature: float = Field(1.0, gt=0)
@@ -63,6 +66,7 @@ def _default_trainer() -> TrainerConfig:
         total_steps=120,
         learning_rate=2e-4,
         checkpoint_every=1,
+        alarms=AlarmBounds(max_entropy=1.5),  # the warm start's is ~0.35 (docs/training.md)
     )
 
 
@@ -101,6 +105,33 @@ class RunConfig(BaseModel):
     servers: int = Field(
         1, ge=1, description="rollout servers: more than one runs a cluster (Ray + router)"
     )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="every random source of training: the demonstrations and their order "
+        "(warmstart.seed), GRPO's (trainer.seed), the training task seeds and the server's "
+        "sampling; held-out evaluation seeds stay fixed, so runs compare. None: as configured",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spread_seed(cls, data: Any) -> Any:
+        """``seed`` sets ``trainer.seed`` and ``warmstart.seed`` (over their defaults)."""
+        if not isinstance(data, dict) or data.get("seed") is None:
+            return data
+        out = dict(data)
+        defaults: dict[str, Callable[[], BaseModel]] = {
+            "trainer": _default_trainer,
+            "warmstart": WarmStartConfig,
+        }
+        for key, default in defaults.items():
+            table = out.get(key, default())
+            if table is None:  # no warm start
+                continue
+            table = table.model_dump() if isinstance(table, BaseModel) else dict(table)
+            out[key] = {**table, "seed": data["seed"]}
+        return out
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -116,10 +147,12 @@ class RunConfig(BaseModel):
         return self
 
     def _check_warmstart(self, warmstart: WarmStartConfig) -> None:
-        task_range = (self.task.env_kwargs.get("low"), self.task.env_kwargs.get("high"))
-        demo_range = (warmstart.low, warmstart.high)
-        if self.task.env_id.endswith("GuessNumber-v0") and task_range != demo_range:
-            raise ValueError(f"warmstart range {demo_range} differs from the task's {task_range}")
+        demo_env = {"low": warmstart.low, "high": warmstart.high, **warmstart.env_kwargs}
+        if self.task.env_id.endswith("GuessNumber-v0") and self.task.env_kwargs != demo_env:
+            raise ValueError(
+                f"the warm start's demonstrations play GuessNumber with {demo_env}, "
+                f"the task with {self.task.env_kwargs}: they must be the same game"
+            )
         if self.task.max_turns != warmstart.max_turns:
             raise ValueError("warmstart.max_turns must equal task.max_turns (same game)")
 
@@ -139,7 +172,16 @@ class RunConfig(BaseModel):
             max_staleness=self.trainer.max_staleness,
             max_turns=self.task.max_turns,
             sampling=self.sampling(),
+            seeds=self._training_seeds(),
         )
+
+    def _training_seeds(self) -> list[int] | None:
+        """Task seeds 0, 1, 2, ... by default; with ``seed`` N a block of its own, far
+        below the held-out seeds (``held_out_seeds``) and cycled if the run needs more."""
+        if not self.seed:
+            return None
+        count = 2 * self.trainer.total_steps * self.trainer.groups_per_batch
+        return list(range(self.seed * 100_000, self.seed * 100_000 + count))
 
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(temperature=self.task.temperature, max_tokens=self.task.max_tokens)
@@ -155,6 +197,7 @@ class RunReport:
     wall_s: float
     report_png: Path
     summary_json: Path
+    alarm_crossings: list[tuple[int, str, float]]  # (step, metric, value)
 
 
 def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) -> RunReport:
@@ -194,7 +237,8 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
             final_rate = _evaluate(client, config, final_weights(config))
             printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
     printer("[5/5] report")
-    png = write_report_png(result, config.run_dir / "report.png", warm_rate, final_rate)
+    crossings = alarm_crossings(result.records, config.trainer.alarms)
+    png = write_report_png(result, config.run_dir / "report.png", warm_rate, final_rate, crossings)
     report = RunReport(
         train=result,
         warm_start=warm_rate,
@@ -202,6 +246,7 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
         wall_s=time.monotonic() - started,
         report_png=png,
         summary_json=config.run_dir / "summary.json",
+        alarm_crossings=crossings,
     )
     _write_summary(report, config)
     return report
@@ -252,10 +297,12 @@ def _rollout_server(
             yield cluster.client_config()
         return
     printer("[2/5] starting the rollout server (vLLM engine) on loopback")
+    seed = {} if config.seed is None else {"ROLLGYM_ENGINE__SEED": str(config.seed)}
     with ServerProcess(
         model_dir=warm_dir,
         data_dir=config.run_dir / "server",
         log_path=config.run_dir / "server.log",
+        settings=seed,
         threads=config.threads.server,
     ) as server:
         yield server.client_config()
@@ -295,6 +342,14 @@ def _write_summary(report: RunReport, config: RunConfig) -> None:
         "dropped": report.train.dropped.model_dump(),
         "stage_shares": report.train.stage_shares,
         "success_rate": {"warm_start": rate(report.warm_start), "rl": rate(report.final)},
+        "alarms": {
+            "bounds": config.trainer.alarms.model_dump(),
+            "crossings": [
+                {"step": step, "metric": metric, "value": value}
+                for step, metric, value in report.alarm_crossings
+            ],
+            "per_step": [{"step": r.step, **r.alarms} for r in report.train.records],
+        },
         "config": json.loads(config.model_dump_json()),
     }
     report.summary_json.write_text(json.dumps(summary, indent=2))

@@ -2,13 +2,16 @@
 
 Left: mean episode reward and success rate per optimizer step (a moving average over the
 noise), with the held-out success rates of the warm start and the RL policy if measured.
-Right: the four stages' busy and waiting seconds over the last session (``StageTimeline``).
+Middle: the collapse alarms per step (KL behaviour||trainer, entropy, grad norm, clip
+ratio), with a mark where a metric crossed its bound. Right: the four stages' busy and
+waiting seconds over the last session (``StageTimeline``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rollgym.trainer.evaluate import SuccessRate
 from rollgym.trainer.loop import TrainResult
@@ -31,6 +34,7 @@ def write_report_png(
     path: Path,
     warm_start: SuccessRate | None = None,
     final: SuccessRate | None = None,
+    crossings: Sequence[tuple[int, str, float]] = (),
 ) -> Path:
     """Draw the report for ``result`` into ``path`` (PNG) and return it."""
     import matplotlib
@@ -38,7 +42,7 @@ def write_report_png(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (curve, stages) = plt.subplots(1, 2, figsize=(12, 4.5))
+    figure, (curve, alarms, stages) = plt.subplots(1, 3, figsize=(17, 4.5))
     steps = [r.step for r in result.records]
     window = max(1, len(steps) // 20)
     curve.plot(steps, [r.reward_mean for r in result.records], color="0.8", lw=0.8)
@@ -54,6 +58,8 @@ def write_report_png(
     curve.set(xlabel="optimizer step", ylabel="per batch", title="reward", ylim=(-0.05, 1.05))
     curve.legend(fontsize=7, loc="lower right")
 
+    _draw_alarms(alarms, result, crossings)
+
     busy = [result.stage_shares[s][0] for s in STAGES]
     waiting = [result.stage_shares[s][1] for s in STAGES]
     stages.barh(STAGES, busy, label="busy", color="C0")
@@ -66,3 +72,22 @@ def write_report_png(
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+_ALARM_LINES = ("kl_behaviour", "entropy", "grad_norm", "clip_ratio")
+
+
+def _draw_alarms(
+    axes: Any, result: TrainResult, crossings: Sequence[tuple[int, str, float]]
+) -> None:
+    for i, metric in enumerate(_ALARM_LINES):
+        points = [(r.step, r.alarms[metric]) for r in result.records if metric in r.alarms]
+        if points:
+            axes.plot(*zip(*points, strict=True), color=f"C{i}", lw=0.9, label=metric)
+    for step, metric, value in crossings:
+        axes.plot([step], [value], "x", color="red", ms=8)
+        axes.annotate(metric, (step, value), fontsize=6, color="red")
+    title = f"collapse alarms ({len(crossings)} crossed, red x)"
+    axes.set(xlabel="optimizer step", yscale="symlog", title=title)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=7, loc="upper left")

@@ -14,7 +14,7 @@ The demonstrations travel in the data format of ``rollgym generate`` and ``rollg
 Each conversation becomes one pre-tokenized example laid out by the rollout server's own
 ``ChatCodec`` (``tokenize_conversation``): the opening rendered with the generation prompt;
 then per turn the guess's tokens and the end-of-turn token (trained on, ``assistant_masks``
-1), and the chat template's text up to the next generation prompt (context only, 0). TRL's ``SFTTrainer`` takes such a dataset as is and masks the labels.
+1, unless the message has OpenAI's ``weight`` 0), and the chat template's text up to the next generation prompt (context only, 0). TRL's ``SFTTrainer`` takes such a dataset as is and masks the labels.
 
 The result is an ordinary model directory (weights + tokenizer); a marker file records the
 config, so a second call with the same config returns at once (``rollgym run`` resumes).
@@ -34,9 +34,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
+from rollgym.envs.guess_demos import NoiseStyle
 from rollgym.server.chat import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
+# The built-in task's rules beside its range (docs/training.md says why each is needed).
+BUILT_IN_RULES = {"strict": True, "feedback": "range"}
 
 
 class WarmStartConfig(BaseModel):
@@ -44,13 +47,26 @@ class WarmStartConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    oracle_episodes: int = Field(300, ge=1, description="demonstrations by binary search")
-    imperfect_episodes: int = Field(300, ge=0, description="demonstrations with noisy guesses")
-    noise: float = Field(1.0, ge=0, le=1, description="share of random guesses when imperfect")
+    oracle_episodes: int = Field(50, ge=1, description="demonstrations by binary search")
+    imperfect_episodes: int = Field(550, ge=0, description="demonstrations with noisy guesses")
+    noise: float = Field(0.8, ge=0, le=1, description="share of wasteful guesses when imperfect")
+    noise_style: NoiseStyle = Field(
+        "lowest", description="a wasteful guess: random in the open range, or its lowest number"
+    )
+    drill_episodes: int = Field(
+        300,
+        ge=0,
+        description="conversations that train the last turn only, after untrained random "
+        "guesses (guess_demos.drills): every late position seen, none of the early play taught",
+    )
     low: int = 1
     high: int = 8
     max_turns: int = Field(3, ge=1)
-    epochs: float = Field(8.0, gt=0)
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: dict(BUILT_IN_RULES),
+        description="the demo env's other kwargs (strict, feedback): the task's",
+    )
+    epochs: float = Field(6.0, gt=0)
     learning_rate: float = Field(2e-3, gt=0)
     batch_size: int = Field(32, ge=1)
     seed: int = 0
@@ -72,7 +88,7 @@ def tokenize_conversation(
 
     The layout is the rollout server's own (``EpisodeRunner`` with the same ``ChatCodec``):
     the opening messages as the first prompt; per assistant turn its tokens and the
-    end-of-turn token (mask 1), then the environment's reply up to the next generation
+    end-of-turn token (mask 1; 0 for a message of ``weight`` 0), then the environment's reply up to the next generation
     prompt (``codec.continuation``, mask 0). So SFT trains on the ids the model sees and
     samples in a rollout (a unit test runs both and compares the id streams).
     """
@@ -84,7 +100,7 @@ def tokenize_conversation(
     for index, turn in enumerate(turns):
         guess = [*codec.encode(str(messages[turn]["content"])), codec.eos_id]
         ids += guess
-        mask += [1] * len(guess)
+        mask += [0 if messages[turn].get("weight") == 0 else 1] * len(guess)
         if index + 1 < len(turns):
             reply = [dict(m) for m in messages[turn + 1 : turns[index + 1]]]
             between = codec.continuation(reply, stopped=True)
@@ -95,16 +111,21 @@ def tokenize_conversation(
 
 def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
     """The built-in GuessNumber demonstrations as chat records, then the file's, if any."""
-    from rollgym.envs.guess_demos import demonstrations
+    from rollgym.envs.guess_demos import demonstrations, drills
 
-    task = {"low": config.low, "high": config.high, "max_turns": config.max_turns}
-    conversations = demonstrations(config.oracle_episodes, seed=config.seed, **task)
+    game: dict[str, Any] = {
+        "low": config.low,
+        "high": config.high,
+        "max_turns": config.max_turns,
+        "env_kwargs": config.env_kwargs,
+    }
+    seed, oracle, imperfect = config.seed, config.oracle_episodes, config.imperfect_episodes
+    conversations: list[Sequence[Mapping[str, Any]]] = []
+    conversations += demonstrations(oracle, seed=seed, **game)
     conversations += demonstrations(
-        config.imperfect_episodes,
-        seed=config.seed + config.oracle_episodes,
-        noise=config.noise,
-        **task,
+        imperfect, seed=seed + oracle, noise=config.noise, style=config.noise_style, **game
     )
+    conversations += drills(config.drill_episodes, seed=seed + oracle + imperfect, **game)
     records = [chat_record(conversation) for conversation in conversations]
     if config.demonstrations is not None:
         records += read_jsonl(config.demonstrations)

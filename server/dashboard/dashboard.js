@@ -212,6 +212,15 @@ function draw(data) {
     xs: versions, xFormat: (v) => `v${Math.round(v)}`, yFormat: (v) => v.toFixed(2),
     series: [{ name: "sampled (server)", color: COLORS.server, values: data.rewards.map((r) => r.mean) }],
   });
+  const steps = data.alarms.map((a) => a.step), metric = (k) => data.alarms.map((a) => a.metrics[k] ?? null);
+  lineChart(document.getElementById("alarms-chart"), {
+    xs: steps, xFormat: (v) => `step ${Math.round(v)}`, yMin: 0, yFormat: (v) => v.toFixed(2),
+    series: [{ name: "KL behaviour||trainer", color: COLORS.trainer, values: metric("kl_behaviour") },
+      { name: "entropy", color: COLORS.server, values: metric("entropy") },
+      { name: "grad norm", color: COLORS.lag, values: metric("grad_norm") },
+      { name: "clip ratio", color: "#f28e2b", values: metric("clip_ratio") },
+      { name: "IS ratio p99", color: "#b07aa1", values: metric("is_ratio_p99") }],
+  });
 }
 
 // --- the cost board (data.cost; definitions in rollgym/contract/cost.py) ----------------

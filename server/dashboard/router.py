@@ -20,7 +20,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from rollgym.contract.dashboard import DashboardData, TrainerAccepted, TrainerReport
+from rollgym.contract.dashboard import (
+    AlarmPoint,
+    DashboardData,
+    TrainerAccepted,
+    TrainerReport,
+)
 from rollgym.server.cost import live_board
 from rollgym.server.errors import NotFound
 from rollgym.server.routes.deps import ServicesDep, require_admin
@@ -69,6 +74,7 @@ async def data(
         latency=recorder.latency(),
         version_lag=recorder.version_lags(),
         rewards=recorder.rewards(),
+        alarms=[AlarmPoint(step=r.step, metrics=r.alarms) for r in reports if r.alarms],
         cost=live_board(services.cost, recorder),
     )
 

@@ -74,6 +74,12 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     assert steps == list(range(1, STEPS + 1))  # no step lost or repeated across the restart
     for policy in ("warm_start", "rl"):
         assert summary["success_rate"][policy]["episodes"] == 8
+    # the collapse alarms of every step, across both sessions, and their bounds
+    per_step = summary["alarms"]["per_step"]
+    assert [a["step"] for a in per_step] == list(range(1, STEPS + 1))
+    for metric in ("kl_behaviour", "entropy", "grad_norm", "is_ratio_p99"):
+        assert all(metric in a for a in per_step), metric
+    assert summary["alarms"]["bounds"]["max_kl_behaviour"] == 0.02
     assert (run_dir / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the live table was printed for every step of the second session
     assert second.stdout.count("  sampling ") >= 1

@@ -65,7 +65,10 @@ async def test_rollouts_pulls_and_trainer_reports_fill_every_panel(client) -> No
     assert trajectories > 0
     started = (await _data(client)).started_at
     busy = (started, started + (time.time() - started) / 2)  # inside the server's lifetime
-    report = TrainerReport(step=1, at=time.time(), policy_version=0, busy_spans=[busy])
+    alarms = {"kl_behaviour": 0.004, "entropy": 0.61}
+    report = TrainerReport(
+        step=1, at=time.time(), policy_version=0, busy_spans=[busy], alarms=alarms
+    )
     accepted = await client.post(
         "/admin/dashboard/trainer", json=report.model_dump(), headers=ADMIN
     )
@@ -77,6 +80,7 @@ async def test_rollouts_pulls_and_trainer_reports_fill_every_panel(client) -> No
             break
         await asyncio.sleep(0.05)
     assert data.trainer_step == 1 and data.trainer_version == 0
+    assert [(a.step, a.metrics) for a in data.alarms] == [(1, alarms)]
     totals = data.stages.totals
     assert totals["sampling"].busy_s > 0 and totals["buffer"].busy_s > 0
     assert totals["training"].busy_s == pytest.approx(busy[1] - busy[0])

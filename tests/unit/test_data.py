@@ -287,3 +287,27 @@ def test_warm_start_demonstrations_go_through_the_chat_format(tmp_path, default_
     assert len(demonstration_records(extra)) == len(demonstration_records(base)) + 1
     assert direct in sft_examples(extra, codec)
     assert base.fingerprint() != extra.fingerprint()
+
+
+def test_an_assistant_message_of_weight_0_is_context_only(default_model_dir) -> None:
+    from rollgym.run.warmstart import tokenize_conversation
+
+    codec = ChatCodec.from_model_dir(default_model_dir)
+    opening = [{"role": "system", "content": "Guess."}, {"role": "user", "content": "Go."}]
+    turns = [
+        {"role": "assistant", "content": "5", "weight": 0},
+        {"role": "user", "content": "Lower."},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "Correct!"},
+    ]
+    back = template_messages(chat_record(opening + turns))
+    assert [m.get("weight") for m in back] == [None, None, 0, None, None, None]  # kept
+    weighted = tokenize_conversation(codec, back)
+    plain = tokenize_conversation(
+        codec, [{k: v for k, v in m.items() if k != "weight"} for m in back]
+    )
+    assert weighted["input_ids"] == plain["input_ids"]
+    trained = [i for i, m in enumerate(plain["assistant_masks"]) if m]
+    kept = [i for i, m in enumerate(weighted["assistant_masks"]) if m]
+    guess_5 = len(codec.encode("5")) + 1  # its tokens and the end of turn
+    assert kept == trained[guess_5:]  # the first guess is no longer trained on

@@ -6,7 +6,7 @@ import gymnasium
 import pytest
 
 from rollgym.envs.errors import ActionError, EpisodeStateError, TaskNotFound
-from rollgym.envs.guess_demos import GuessPolicy, demonstrations
+from rollgym.envs.guess_demos import GuessPolicy, demonstrations, drills
 from rollgym.envs.guess_number import (
     GuessEpisode,
     GuessStep,
@@ -131,6 +131,24 @@ def test_parse_guess_is_strict_about_ascii_integers() -> None:
             parse_guess(text, 1, 16)
 
 
+def test_strict_parsing_takes_the_number_alone() -> None:
+    assert parse_guess(" 7\n", 1, 16, strict=True) == 7
+    assert parse_guess("lin7", 1, 16) == 7  # lenient by default: one integer anywhere
+    for text in ("lin7", "I guess 7", "7.", "7 8"):
+        with pytest.raises(ActionError, match="number only"):
+            parse_guess(text, 1, 16, strict=True)
+
+
+def test_a_strict_env_rejects_text_around_the_number() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0", low=1, high=8, strict=True)
+    env.reset(seed=0, options={"task_id": "guess-3"})
+    _, reward, terminated, _, _ = env.step("my guess: 3")
+    assert reward < 0 and not terminated
+    _, reward, terminated, _, _ = env.step("3")
+    assert reward > 0 and terminated
+    env.close()
+
+
 def test_the_oracle_finds_every_number_within_the_turn_limit() -> None:
     env = gymnasium.make("rollgym/GuessNumber-v0")
     for target in range(1, 17):
@@ -173,3 +191,36 @@ def test_difficulty_is_configurable() -> None:
     assert max(len(c) for c in conversations) <= 2 + 2 * 7
     with pytest.raises(ValueError, match="low"):
         gymnasium.make("rollgym/GuessNumber-v0", low=5, high=4)
+
+
+def test_range_feedback_names_what_is_still_open() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0", low=1, high=8, feedback="range", strict=True)
+    env.reset(options={"task_id": "guess-3"})
+    replies = [env.step(guess)[0][0]["content"] for guess in ("6", "1", "7", "x2")]
+    # 7 was already ruled out: the range stays; a rejected message changes nothing
+    assert replies[:3] == ["Lower. From 1 to 5.", "Higher. From 2 to 5.", "Lower. From 2 to 5."]
+    assert not replies[3].startswith(("Higher", "Lower"))
+    assert env.step("3")[0][0]["content"] == "Correct!"
+
+
+def test_the_oracle_reads_range_feedback_too() -> None:
+    env = gymnasium.make("rollgym/GuessNumber-v0", feedback="range")
+    for target in range(1, 17):
+        _, _, steps = play(env, GuessPolicy(), options={"task_id": f"guess-{target}"})
+        assert steps[-1][0] and len(steps) <= 5
+
+
+def test_drills_train_the_last_turn_only_from_any_position() -> None:
+    game = {"low": 1, "high": 8, "max_turns": 3, "env_kwargs": {"feedback": "range"}}
+    conversations = drills(50, seed=1, **game)
+    assert conversations == drills(50, seed=1, **game) and len(conversations) == 50
+    oracle = GuessPolicy(1, 8)
+    for conversation in conversations:
+        moves = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+        assert len(moves) == 3
+        assert [conversation[i].get("weight") for i in moves] == [0, 0, None]
+        last = moves[-1]
+        assert conversation[last]["content"] == oracle(conversation[:last])
+    # the untrained guesses are spread over the whole range, not only the open one
+    first = {c[2]["content"] for c in conversations}
+    assert first == {str(n) for n in range(1, 9)}

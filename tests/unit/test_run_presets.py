@@ -55,3 +55,23 @@ def test_a_bad_field_names_itself(tmp_path) -> None:
     file.write_text(json.dumps({"trainer": {"learning_rate": -1}}))
     with pytest.raises(TrainerConfigError, match=r"trainer\.learning_rate"):
         config_of("--config", str(file))
+
+
+def test_seed_changes_every_training_source_but_not_the_evaluation_seeds() -> None:
+    from rollgym.trainer.evaluate import held_out_seeds
+
+    plain, seeded = config_of(), config_of("--seed", "3")
+    assert (seeded.trainer.seed, seeded.warmstart and seeded.warmstart.seed) == (3, 3)
+    assert plain.rollout_job().seeds is None  # 0, 1, 2, ...
+    training = seeded.rollout_job().seeds
+    assert training is not None and training[0] == 300_000
+    assert len(training) == 2 * seeded.trainer.total_steps * seeded.trainer.groups_per_batch
+    assert max(training) < min(held_out_seeds(seeded.eval_episodes))
+    assert seeded.eval_episodes == plain.eval_episodes  # the same held-out seeds
+    # the rest of the trainer and warm start is the built-in run's
+    assert seeded.trainer.model_dump(exclude={"seed"}) == plain.trainer.model_dump(exclude={"seed"})
+
+
+def test_seed_keeps_a_preset_without_warm_start_without_one() -> None:
+    config = config_of("--preset", "smollm2", "--seed", "2")
+    assert config.warmstart is None and config.trainer.seed == 2

@@ -6,6 +6,7 @@ tests/e2e/test_trainer_e2e.py.
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from pathlib import Path
@@ -169,6 +170,26 @@ def test_trl_trains_on_model_tokens_with_the_behaviour_logprob_correction(
     advantages = captured["advantages"].view(-1, 4)
     assert torch.all(advantages[:, :2] > 0) and torch.all(advantages[:, 2:] < 0)
     torch.testing.assert_close(advantages.sum(dim=1), torch.zeros(2), atol=1e-4, rtol=0)
+
+
+def test_frozen_embeddings_stay_put_and_the_step_logs_alarms_and_samples(
+    tmp_path, default_model_dir
+) -> None:
+    fake = FakeServer()
+    config = _config(tmp_path, total_steps=2, train_embeddings=False, log_samples=True)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+
+    before = _checkpoint_weights(default_model_dir)
+    after = _checkpoint_weights(latest_checkpoint(config.output_dir))
+    embedding = "model.embed_tokens.weight"
+    torch.testing.assert_close(after[embedding], before[embedding], atol=0, rtol=0)
+    assert any(not torch.equal(after[k], before[k]) for k in before if k != embedding)
+    steps = [log for log in result.trl_logs if "loss" in log]
+    assert all("alarms/kl_behaviour" in log and "alarms/is_ratio_p99" in log for log in steps)
+    lines = (config.output_dir / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    sample = json.loads(lines[0])["samples"][0]
+    assert len(sample["ids"]) == len(sample["lp_behaviour"]) == len(sample["lp_trainer"]) > 0
 
 
 def _trained_ids(output_dir: Path) -> list[str]:

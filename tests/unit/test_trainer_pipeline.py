@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -41,7 +42,8 @@ def test_run_config_ties_the_job_to_the_trainer(tmp_path) -> None:
     ("values", "needle"),
     [
         ({"task": {"temperature": 0.7}}, "temperature"),
-        ({"task": {"env_kwargs": {"low": 1, "high": 32}}}, "warmstart range"),
+        ({"task": {"env_kwargs": {"low": 1, "high": 32}}}, "same game"),
+        ({"task": {"env_kwargs": {"low": 1, "high": 8}}}, "same game"),
         ({"task": {"max_turns": 6}}, "max_turns"),
     ],
 )
@@ -118,6 +120,7 @@ def test_moving_average_and_report_png(tmp_path: Path) -> None:
             wait_s=0.1,
             train_s=1.0,
             sync_s=0.1,
+            alarms={"kl_behaviour": 0.01 * i, "entropy": 0.5},
         )
         for i in range(1, 6)
     ]
@@ -132,5 +135,8 @@ def test_moving_average_and_report_png(tmp_path: Path) -> None:
         stage_shares={s: (1.0, 2.0) for s in ("sampling", "environment", "buffer", "training")},
     )
     rate = success_rate(random_group(0, 4, random.Random(1)).trajectories)
-    png = write_report_png(result, tmp_path / "r.png", rate, rate)
+    png = write_report_png(result, tmp_path / "r.png", rate, rate, [(3, "kl_behaviour", 0.03)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    records = [r.model_copy(update={"alarms": {}}) for r in records]  # a run without any
+    bare = dataclasses.replace(result, records=records)
+    assert write_report_png(bare, tmp_path / "bare.png").is_file()

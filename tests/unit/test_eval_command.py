@@ -1,0 +1,135 @@
+"""``rollgym eval``: pass@k and infrastructure failures counted, bad input in one line.
+
+The figures are checked through ``evaluate_server`` against the fake server (which hands
+out the groups a test put in); the real twin is tests/e2e/test_eval_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+from trainer_fakes import FakeServer, make_trajectory
+
+from rollgym.cli import main
+from rollgym.contract.wire import SamplingSettings, TrajectoryGroup
+from rollgym.trainer.evaluate import evaluate_server, evaluation_of
+
+
+def group(
+    seed: int, rewards: list[float], *, version: int = 0, invalid: int = 0
+) -> TrajectoryGroup:
+    group_id = uuid.uuid4().hex
+    episodes = [
+        make_trajectory(group_id=group_id, version=version, first_turn=[5, 6], reward=r)
+        for r in rewards
+    ]
+    episodes += [
+        make_trajectory(group_id=group_id, version=version, first_turn=[5], valid=False)
+        for _ in range(invalid)
+    ]
+    episodes = [t.model_copy(update={"task_seed": seed}) for t in episodes]
+    return TrajectoryGroup(group_id=group_id, env_id="e", task_seed=seed, trajectories=episodes)
+
+
+def test_pass_at_k_counts_a_seed_solved_by_any_sample() -> None:
+    groups = [
+        g.trajectories for g in (group(1, [1, 0, 0]), group(2, [0, 0, 0]), group(3, [1, 1, 1]))
+    ]
+    evaluation = evaluation_of(groups, 3)
+    assert (evaluation.per_sample.successes, evaluation.per_sample.episodes) == (4, 9)
+    assert (evaluation.pass_at_k.successes, evaluation.pass_at_k.episodes) == (2, 3)
+    assert evaluation.pass_at_k.low < 2 / 3 < evaluation.pass_at_k.high
+    assert evaluation.summary()["pass@3"]["rate"] == pytest.approx(2 / 3)
+
+
+def test_the_first_group_per_seed_counts_and_its_failures_are_reported_not_resampled() -> None:
+    server = FakeServer(producer=None)
+    # seed 10's first group lost an episode to the infrastructure; its second group (the
+    # job cycling seeds) would have been clean, but it must not replace the first
+    server.add(group(10, [1.0], invalid=1), group(11, [0.0, 1.0]), group(10, [1.0, 1.0]))
+    server.add(group(99, [1.0, 1.0]))  # not one of this evaluation's seeds
+    with server.client() as client:
+        evaluation = evaluate_server(
+            client,
+            env_id="e",
+            env_kwargs={},
+            seeds=[10, 11],
+            samples=2,
+            max_turns=3,
+            sampling=SamplingSettings(),
+        )
+    assert server.job is None  # stopped after the evaluation
+    assert evaluation.infra_failures == 1
+    assert (evaluation.per_sample.successes, evaluation.per_sample.episodes) == (2, 3)
+    assert (evaluation.pass_at_k.successes, evaluation.pass_at_k.episodes) == (2, 2)
+    assert server.acked == set(server.handed_out)  # nothing left leased
+
+
+def test_the_job_keeps_everything_at_the_current_version() -> None:
+    server = FakeServer(producer=None, version=4)
+    server.add(group(7, [1.0], version=4))
+    with server.client() as client:
+        evaluate_server(
+            client,
+            env_id="e",
+            env_kwargs={},
+            seeds=[7],
+            max_turns=None,
+            sampling=SamplingSettings(),
+        )
+    pull = server.pull_requests[-1]
+    assert (pull.trainer_version, pull.max_staleness) == (4, 0)
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    """Enough of a model directory for the checks before an engine starts."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return model
+
+
+def _eval(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["eval", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--model", "/nonexistent/model"], "not a model directory"),
+        (["--env", "rollgym/NoSuchEnv-v0"], "no environment"),
+        (["--env-kwargs", "{bad json"], "--env-kwargs is not JSON"),
+        (["--samples", "0"], "at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, argv, needle) -> None:
+    model = _model_dir(tmp_path)
+    status, out, err = _eval(capsys, "--model", str(model), *argv)
+    assert status == 2 and out == ""
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_server_that_does_not_answer_is_one_line(capsys) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    status, _, err = _eval(capsys, "--server", f"http://127.0.0.1:{port}", "--episodes", "2")
+    assert status == 2 and "does not answer" in err and len(err.strip().splitlines()) == 1
+
+
+def test_json_output_is_one_object(tmp_path, capsys, monkeypatch) -> None:
+    from rollgym.precision import commands
+
+    fake = evaluation_of([group(1, [1.0, 0.0]).trajectories], 2)
+    monkeypatch.setattr(commands, "_in_engine", lambda args, model_dir, task: fake)
+    model = _model_dir(tmp_path)
+    status, out, _ = _eval(capsys, "--model", str(model), "--samples", "2", "--json")
+    figures = json.loads(out)
+    assert status == 0 and figures["pass@2"]["successes"] == 1
+    assert figures["success"]["episodes"] == 2 and figures["infra_failures"] == 0
