@@ -68,6 +68,22 @@ class ModelSpec:
     max_position_embeddings: int = 4096
     corpus_lines: int = 20_000
 
+    @classmethod
+    def smallest(cls, **changes: int) -> ModelSpec:
+        """One layer, 64 wide, a small tokenizer corpus: the smallest spec vLLM's CPU
+        attention takes, built in seconds (tests and smoke runs)."""
+        return cls(
+            **{
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "corpus_lines": 2000,
+                **changes,
+            }
+        )
+
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be a multiple of num_attention_heads")

@@ -52,15 +52,7 @@ def test_success_and_pass_at_k_through_the_server(server) -> None:
 
 
 def test_a_model_the_server_cannot_serve_is_one_line(server, tmp_path: Path) -> None:
-    other = ModelSpec(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        corpus_lines=2000,
-    )
-    model = build_model(other, tmp_path / "other")
+    model = build_model(ModelSpec.smallest(), tmp_path / "other")  # not the served shape
     done = rollgym_eval(server, "--model", str(model), "--episodes", "2")
     assert done.returncode == 2 and done.stdout == ""
     assert "refused" in done.stderr and "Traceback" not in done.stderr

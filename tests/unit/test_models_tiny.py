@@ -5,14 +5,7 @@ import pytest
 
 from rollgym.models.tiny import ModelSpec, build_model, count_parameters, is_built
 
-SMALL = ModelSpec(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    corpus_lines=2000,
-)
+SMALL = ModelSpec.smallest()
 
 
 def _digests(model_dir: Path) -> dict[str, str]:
