@@ -229,19 +229,6 @@ class RolloutRunner:
             await persisting  # a finished group is persisted and counted, then we stop
             raise
 
-    async def _keep_for_evaluation(
-        self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory]
-    ) -> None:
-        group = TrajectoryGroup(
-            group_id=spec.group_id,
-            env_id=job.env_id,
-            task_seed=spec.task_seed,
-            trajectories=trajectories,
-        )
-        self._counts.invalid_trajectories += sum(not t.valid for t in trajectories)
-        if await self._buffer.put_group(group):
-            self._counts.completed_groups += 1
-
     @staticmethod
     def _spec(job: RolloutJob, seed: int) -> EpisodeSpec:
         return EpisodeSpec(
@@ -259,9 +246,6 @@ class RolloutRunner:
         if cut := sum(t.truncated_by_context for t in trajectories):
             self._counts.truncated_by_context += cut
             self._metrics.truncated_by_context.labels(source="rollout").inc(cut)
-        if job.evaluation:  # counted as it is, infrastructure failures included
-            await self._keep_for_evaluation(job, spec, trajectories)
-            return
         valid, invalid = keep.split(trajectories)
         for trajectory in invalid:
             await self._buffer.put_invalid(trajectory)
