@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from rollgym.server.config import EngineConfig
     from rollgym.trainer.client import ServerClient
 
-_NEVER_STALE = 1 << 30  # generated data is kept whatever its version
+# Generated data is kept whatever its version: the widest window a job takes (RolloutJob
+# bounds max_staleness to 1000 versions; nothing pushes that often while generating).
+_NEVER_STALE = 1000
 
 
 class GenerateConfig(BaseModel):
