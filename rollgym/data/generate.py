@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -89,14 +88,7 @@ async def generate_local(
                 return await runner.run(spec)
 
         async def group(seed: int, size: int) -> TrajectoryGroup:
-            spec = EpisodeSpec(
-                env_id=config.env_id,
-                env_kwargs=dict(config.env_kwargs),
-                task_seed=seed,
-                group_id=uuid.uuid4().hex,
-                sampling=config.sampling,
-                max_turns=config.max_turns,
-            )
+            spec = EpisodeSpec.of(config, seed)
             trajectories = await asyncio.gather(*(episode(spec) for _ in range(size)))
             return TrajectoryGroup(
                 group_id=spec.group_id,

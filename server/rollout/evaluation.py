@@ -11,7 +11,6 @@ episodes (``runner.max_concurrent_episodes``) through their own semaphore of tha
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from rollgym.contract.wire import (
     EvaluationRequest,
@@ -28,18 +27,7 @@ async def evaluate(
 ) -> EvaluationResult:
     """See the module docstring (``version``: the policy version served now); a request
     whose episodes cannot fit the context is a 4xx."""
-
-    def spec(seed: int) -> EpisodeSpec:
-        return EpisodeSpec(
-            env_id=request.env_id,
-            env_kwargs=dict(request.env_kwargs),
-            task_seed=seed,
-            group_id=uuid.uuid4().hex,
-            sampling=request.sampling,
-            max_turns=request.max_turns,
-        )
-
-    budget = await episodes.probe(spec(request.seeds[0]))
+    budget = await episodes.probe(EpisodeSpec.of(request, request.seeds[0]))
     if budget.verdict == "cannot_fit":
         raise BadRequest(f"no episode of this evaluation can fit the context: {budget.explain()}")
     slots = asyncio.Semaphore(max_concurrent)
@@ -49,7 +37,7 @@ async def evaluate(
             return await episodes.run(group)
 
     async def group(seed: int) -> TrajectoryGroup:
-        shared = spec(seed)
+        shared = EpisodeSpec.of(request, seed)
         trajectories = await asyncio.gather(*(one(shared) for _ in range(request.samples)))
         return TrajectoryGroup(
             group_id=shared.group_id,

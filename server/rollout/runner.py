@@ -23,7 +23,6 @@ import contextlib
 import logging
 import random
 import statistics
-import uuid
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -109,7 +108,7 @@ class RolloutRunner:
                 "episodes the server runs at once (runner.max_concurrent_episodes)"
             )
         first_seed = job.seeds[0] if job.seeds else 0
-        budget = await self._episodes.probe(self._spec(job, first_seed))
+        budget = await self._episodes.probe(EpisodeSpec.of(job, first_seed))
         if budget.verdict == "cannot_fit":
             raise BadRequest(f"no episode of this job can fit the context: {budget.explain()}")
         if budget.verdict == "may_overflow":
@@ -212,7 +211,7 @@ class RolloutRunner:
         self, job: RolloutJob, seed: int, schedule: SeedSchedule, keep: GroupFilter
     ) -> None:
         """Roll out one group; once its episodes are done, persisting it is not cancelled."""
-        spec = self._spec(job, seed)
+        spec = EpisodeSpec.of(job, seed)
         try:
             trajectories = await asyncio.gather(
                 *(self._episode(spec) for _ in range(job.group_size))
@@ -228,17 +227,6 @@ class RolloutRunner:
         except asyncio.CancelledError:
             await persisting  # a finished group is persisted and counted, then we stop
             raise
-
-    @staticmethod
-    def _spec(job: RolloutJob, seed: int) -> EpisodeSpec:
-        return EpisodeSpec(
-            env_id=job.env_id,
-            env_kwargs=dict(job.env_kwargs),
-            task_seed=seed,
-            group_id=uuid.uuid4().hex,
-            sampling=job.sampling,
-            max_turns=job.max_turns,
-        )
 
     async def _keep(
         self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory], keep: GroupFilter
