@@ -65,6 +65,7 @@ if ENV_ID not in gymnasium.registry:
 def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
     from rollgym.run.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
     from rollgym.run.server_process import ServerProcess
+    from rollgym.run.warmstart import BUILT_IN_RULES
     from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import TrainerConfig
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
@@ -74,7 +75,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
     shutil.rmtree(root, ignore_errors=True)
     task = TaskConfig(
         env_id=SERVED_ID,
-        env_kwargs={"low": 1, "high": 8, "latency_s": args.env_latency},
+        env_kwargs={"low": 1, "high": 8, **BUILT_IN_RULES, "latency_s": args.env_latency},
         max_turns=MAX_TURNS,
     )
     trainer_config = TrainerConfig(
@@ -107,7 +108,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
             client,
             final_weights(run),
             env_id="rollgym/GuessNumber-v0",  # the same task without the wait
-            env_kwargs={"low": 1, "high": 8},
+            env_kwargs={"low": 1, "high": 8, **BUILT_IN_RULES},
             seeds=held_out_seeds(args.eval_episodes),
             max_turns=MAX_TURNS,
             sampling=run.sampling(),

@@ -12,6 +12,7 @@ Agents, the trainer and the dashboard use it exactly as they use ``rollgym serve
 | ``/metrics``, ``/dashboard/data`` | every server's, merged (``cluster.aggregate``) |
 | ``/admin/weights...`` | the control plane: one staged copy to every server, one version |
 | ``/admin/rollouts`` | every server, each with its share of the budget (``cluster.work``) |
+| ``/admin/evaluations`` | the least-loaded server plays the whole evaluation (all serve one version) |
 | ``/admin/buffer/pull``, ``/ack`` | every server's buffer; acks to the owner |
 | ``/admin/cluster`` | the cluster's status; ``POST /admin/cluster/down`` stops everything |
 
@@ -370,6 +371,12 @@ async def rollout_status(cluster: ClusterDep) -> RolloutStatus:
 @admin.delete("/rollouts")
 async def stop_rollouts(cluster: ClusterDep, drain: bool = False) -> RolloutStatus:
     return await cluster.control.work.stop(drain)
+
+
+@admin.post("/evaluations")
+async def evaluation(request: Request) -> Response:
+    cluster = get_cluster(request)
+    return await forward(cluster, cluster.control.fleet.pick(), request, "evaluations")
 
 
 @admin.post("/buffer/pull")

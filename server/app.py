@@ -152,6 +152,7 @@ async def _services(
             codec=codec,
             buffer=buffer,
             runner=runner,
+            episodes=episodes,
             sessions=sessions,
             weights=weights,
             metrics=metrics,

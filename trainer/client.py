@@ -35,6 +35,8 @@ from rollgym.contract.wire import (
     AckResponse,
     ErrorBody,
     ErrorCode,
+    EvaluationRequest,
+    EvaluationResult,
     Health,
     PolicyInfo,
     PullRequest,
@@ -158,6 +160,18 @@ class ServerClient:
 
     def stop_rollouts(self) -> RolloutStatus:
         return self._model(RolloutStatus, self._send("DELETE", "/admin/rollouts"))
+
+    def evaluate(self, request: EvaluationRequest, *, timeout_s: float) -> EvaluationResult:
+        """Evaluation episodes with the server's current policy, beside any rollout job
+        (one group per seed, nothing filtered); ``timeout_s`` bounds the whole call."""
+        response = self._send(
+            "POST",
+            "/admin/evaluations",
+            json=request.model_dump(mode="json"),
+            timeout=timeout_s,
+            retry=False,  # a lost answer is an evaluation lost, not one to run twice
+        )
+        return self._model(EvaluationResult, response)
 
     def report_step(self, report: TrainerReport) -> TrainerAccepted:
         """One optimizer step for the server's dashboard (``trainer.dashboard``)."""

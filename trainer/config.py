@@ -56,16 +56,34 @@ class AlarmBounds(_Config):
     metric warns again only after it has come back (``trainer.alarms``)."""
 
     max_kl_behaviour: float | None = Field(
-        0.02, gt=0, description="KL(behaviour || trainer) on the sampled tokens"
+        0.1, gt=0, description="KL(behaviour || trainer) on the sampled tokens"
     )
     max_entropy: float | None = Field(None, gt=0, description="mean entropy of sampled tokens")
     max_clip_ratio: float | None = Field(0.2, gt=0, description="share of tokens PPO clipped")
-    min_is_ratio_p01: float | None = Field(0.3, gt=0, description="1st pct. of the IS ratio")
-    max_is_ratio_p99: float | None = Field(2.0, gt=0, description="99th pct. of the IS ratio")
+    min_is_ratio_p01: float | None = Field(0.1, gt=0, description="1st pct. of the IS ratio")
+    max_is_ratio_p99: float | None = Field(5.0, gt=0, description="99th pct. of the IS ratio")
     max_grad_norm: float | None = Field(None, gt=0, description="gradient norm before clipping")
     max_zero_variance_groups: float | None = Field(
         None, ge=0, le=1, description="share of the batch's groups whose rewards are all equal"
     )
+
+
+class OnlineEvalConfig(_Config):
+    """Evaluation on the server every ``every`` steps (``trainer.online_eval``)."""
+
+    every: int = Field(20, ge=1, description="optimizer steps between two evaluations")
+    episodes: int = Field(64, ge=1, le=4096, description="held-out seeds, one episode each")
+    first_seed: int = Field(
+        20_000_000, ge=0, description="its seeds, apart from training's and the final evaluation's"
+    )
+    timeout_s: float = Field(600.0, gt=0, description="one evaluation's deadline")
+
+
+class GuardConfig(_Config):
+    """A rollback when online success falls ``margin`` below the best (needs online_eval)."""
+
+    margin: float = Field(0.15, gt=0, le=1, description="success (0-1) below the best so far")
+    lr_factor: float = Field(0.5, gt=0, lt=1, description="the learning rate after a rollback, x")
 
 
 class TrainerConfig(_Config):
@@ -116,6 +134,12 @@ class TrainerConfig(_Config):
         2, ge=2, description="checkpoints kept on disk (>= 2: one survives a crash mid-save)"
     )
     alarms: AlarmBounds = Field(default_factory=AlarmBounds)
+    online_eval: OnlineEvalConfig | None = Field(
+        None, description="evaluate on the server during training and keep the best weights"
+    )
+    guard: GuardConfig | None = Field(
+        None, description="go back to the best weights when online success falls (off: None)"
+    )
     log_samples: bool = Field(
         False,
         description="append every step's samples (reward, advantage, sampled ids, behaviour and "
@@ -138,6 +162,13 @@ class TrainerConfig(_Config):
             )
         if self.epsilon_high < self.epsilon:
             raise ValueError("epsilon_high must be >= epsilon (the clip range's high side)")
+        if self.guard is not None and self.online_eval is None:
+            raise ValueError("guard needs online_eval: it acts on the online evaluations")
+        if self.online_eval is not None and self.online_eval.every % self.push_every:
+            raise ValueError(
+                f"online_eval.every ({self.online_eval.every}) must be a multiple of push_every "
+                f"({self.push_every}): an evaluation measures weights the server serves"
+            )
         return self
 
     @property

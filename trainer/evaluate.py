@@ -1,29 +1,25 @@
 """Success rate of a policy on held-out task seeds, measured through the rollout server.
 
-``evaluate_server`` runs an evaluation job on the server's current policy: ``k`` samples
-per held-out seed (one group per seed), kept as they finished (``RolloutJob.evaluation``:
-nothing filtered, infrastructure failures included), sampled from exactly that version
-(``max_staleness=0``), pulled and acked. The first group of each seed counts, whatever it
-holds: a failed episode is reported as an infrastructure failure, never sampled again.
-``Evaluation`` gives the success rate per sample and pass@k (seeds solved by any of
-their samples), each with a Wilson score interval, which stays inside [0, 1] and is honest
-for rates near 0 or 1. ``evaluate_weights`` first pushes a model directory's weights.
-
-Evaluation and training share the server's buffer, so stop the training job first; groups
-that are not this evaluation's (other seeds, other versions) are acked and ignored.
+``evaluate_server`` asks the server for evaluation episodes (``POST /admin/evaluations``):
+``k`` samples per held-out seed with the policy it serves now, played beside any rollout
+job, answered as one group per seed with nothing filtered and nothing stored (so
+evaluation seeds are never trained on, and training loses no group to an evaluation). An
+episode that failed for reasons of the infrastructure is counted as such, never played
+again. ``Evaluation`` gives the success rate per sample and pass@k (seeds solved by any
+of their samples), each with a Wilson score interval, which stays inside [0, 1] and is
+honest for rates near 0 or 1. ``evaluate_weights`` first pushes a model directory's
+weights (the server's version moves).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.contract.wire import EvaluationRequest, SamplingSettings, Trajectory
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.errors import StarvedError
 from rollgym.trainer.progress import succeeded
 from rollgym.trainer.weights import WeightPusher
 
@@ -129,25 +125,16 @@ def evaluate_server(
     timeout_s: float = 900.0,
 ) -> Evaluation:
     """Play ``samples`` episodes per seed with the server's current policy (module docstring)."""
-    version = client.policy_version()
-    job = RolloutJob(
+    request = EvaluationRequest(
         env_id=env_id,
         env_kwargs=env_kwargs,
-        group_size=samples,
-        groups_per_batch=min(len(seeds), 4096),
-        max_staleness=0,
+        seeds=list(seeds),
+        samples=samples,
         max_turns=max_turns,
         sampling=sampling,
-        seeds=list(seeds),
-        drop_zero_variance=False,
-        evaluation=True,
     )
-    client.start_rollouts(job)
-    try:
-        groups = _collect(client, version, set(seeds), timeout_s)
-    finally:
-        client.stop_rollouts()
-    return evaluation_of(groups, samples)
+    answer = client.evaluate(request, timeout_s=timeout_s)
+    return evaluation_of([group.trajectories for group in answer.groups], samples)
 
 
 def evaluate_weights(
@@ -176,28 +163,3 @@ def evaluate_weights(
         timeout_s=timeout_s,
     )
     return evaluation.per_sample
-
-
-def _collect(
-    client: ServerClient, version: int, seeds: set[int], timeout_s: float
-) -> list[list[Trajectory]]:
-    """The first group of each seed sampled at ``version``; everything else acked away."""
-    found: dict[int, list[Trajectory]] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(found) < len(seeds):
-        if time.monotonic() > deadline:
-            raise StarvedError(f"evaluation got {len(found)}/{len(seeds)} seeds in time")
-        answer = client.pull(
-            PullRequest(
-                trainer_version=version,
-                max_staleness=0,
-                num_groups=min(len(seeds) - len(found), 4096),
-                timeout_s=10.0,
-            )
-        )
-        for group in answer.groups:
-            seed = group.task_seed
-            if seed in seeds and seed not in found:
-                found[seed] = group.trajectories
-        client.ack([g.group_id for g in answer.groups])
-    return [found[s] for s in sorted(found)]

@@ -30,9 +30,11 @@ from rollgym.trainer.checkpoint import DropCounts, latest_checkpoint, read_state
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.dashboard import DashboardCallback
+from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.feed import GroupFeed
 from rollgym.trainer.grpo import ServerGRPOTrainer, grpo_args, placeholder_prompts
 from rollgym.trainer.ledger import DataLedger
+from rollgym.trainer.online_eval import BEST_DIR, EvalTask, OnlineEvaluation, OnlinePoint
 from rollgym.trainer.progress import RunProgress, StepLog, StepRecord
 from rollgym.trainer.rewards import trajectory_return
 from rollgym.trainer.weights import WeightPusher
@@ -50,6 +52,8 @@ class TrainResult:
     groups_trained: int
     stage_shares: dict[str, tuple[float, float]]  # this session: stage -> (busy s, waiting s)
     trl_logs: list[dict[str, float]]  # TRL's per-step logs of this session (loss, IS ratio, ...)
+    online_eval: list[OnlinePoint] = dataclasses.field(default_factory=list)  # the whole run's
+    best_dir: Path | None = None  # the best online point's weights (trainer.online_eval)
 
 
 def train(
@@ -59,13 +63,17 @@ def train(
     *,
     resume: bool = True,
     on_ready: Callable[[], object] | None = None,
+    eval_task: EvalTask | None = None,
     printer: Callable[[str], object] | None = print,
 ) -> TrainResult:
     """Train ``model`` (a directory) with GRPO on the server's groups until ``total_steps``.
 
     ``on_ready`` runs once the server holds the trainer's starting weights (e.g. to start
-    the rollout job); ``printer`` gets the progress table after every step.
+    the rollout job); ``eval_task`` is what ``config.online_eval`` plays (the training
+    task); ``printer`` gets the progress table after every step.
     """
+    if config.online_eval is not None and eval_task is None:
+        raise TrainerConfigError("online_eval needs the task to play: pass eval_task")
     checkpoint = latest_checkpoint(config.output_dir) if resume else None
     resumed = read_state(checkpoint) if checkpoint else None
     ledger = DataLedger(resumed)
@@ -94,6 +102,18 @@ def train(
     ledger_callback = CheckpointLedgerCallback(
         client=client, ledger=ledger, pusher=pusher, progress=progress
     )
+    online = None
+    if config.online_eval is not None and eval_task is not None:
+        online = OnlineEvaluation(
+            client=client,
+            pusher=pusher,
+            config=config.online_eval,
+            guard=config.guard,
+            task=eval_task,
+            output_dir=config.output_dir,
+            resumed_step=resumed.step if resumed else 0,
+            printer=printer,
+        )
     with warnings.catch_warnings():
         # rollout_func is marked experimental; we pin TRL to 1.16.x where it is as documented.
         warnings.filterwarnings("ignore", message=".*'rollout_func'.*", category=UserWarning)
@@ -106,7 +126,8 @@ def train(
             sample_log=config.output_dir / "samples.jsonl" if config.log_samples else None,
             train_embeddings=config.train_embeddings,
             callbacks=[
-                step_callback,
+                step_callback,  # pushes: the online evaluation measures what it pushed
+                *([online] if online is not None else []),
                 DashboardCallback(client, progress, printer=printer),
                 ledger_callback,
             ],
@@ -124,4 +145,6 @@ def train(
         groups_trained=ledger.groups_trained,
         stage_shares={k: (v.busy_s, v.waiting_s) for k, v in shares.items()},
         trl_logs=list(grpo.state.log_history),
+        online_eval=list(online.points) if online is not None else [],
+        best_dir=config.output_dir / BEST_DIR if online is not None and online.best else None,
     )

@@ -286,11 +286,31 @@ class RolloutJob(_Input):
         1.0, ge=1.0, le=16.0, description="run this many times the groups needed"
     )
     drop_zero_variance: bool = Field(True, description="drop groups whose rewards are all equal")
-    evaluation: bool = Field(
-        False,
-        description="an evaluation job: every group goes to the buffer as it finished, "
-        "invalid trajectories included and nothing filtered (rollgym eval; not for training)",
+
+
+class EvaluationRequest(_Input):
+    """Play ``samples`` episodes on each seed with the current policy, now, apart from any
+    rollout job: nothing filtered, nothing stored, infrastructure failures included."""
+
+    env_id: EnvId
+    env_kwargs: EnvKwargs = Field(default_factory=dict)
+    seeds: list[Seed] = Field(min_length=1, max_length=4096)
+    samples: int = Field(1, ge=1, le=64, description="episodes per seed (pass@k)")
+    max_turns: int | None = Field(
+        None, ge=1, le=10_000, description="default: the env's max_episode_steps"
     )
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> EvaluationRequest:
+        if len(self.seeds) * self.samples > 4096:
+            raise ValueError("seeds x samples must be at most 4096 episodes")
+        return self
+
+
+class EvaluationResult(BaseModel):
+    policy_version: int = Field(description="the version the episodes were sampled at")
+    groups: list[TrajectoryGroup] = Field(description="one group per seed, in the seeds' order")
 
 
 class RolloutStatus(BaseModel):

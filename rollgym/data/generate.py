@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,7 +39,9 @@ if TYPE_CHECKING:
     from rollgym.server.config import EngineConfig
     from rollgym.trainer.client import ServerClient
 
-_NEVER_STALE = 1 << 30  # generated data is kept whatever its version
+# Generated data is kept whatever its version: the widest window a job takes (RolloutJob
+# bounds max_staleness to 1000 versions; nothing pushes that often while generating).
+_NEVER_STALE = 1000
 
 
 class GenerateConfig(BaseModel):
@@ -87,14 +88,7 @@ async def generate_local(
                 return await runner.run(spec)
 
         async def group(seed: int, size: int) -> TrajectoryGroup:
-            spec = EpisodeSpec(
-                env_id=config.env_id,
-                env_kwargs=dict(config.env_kwargs),
-                task_seed=seed,
-                group_id=uuid.uuid4().hex,
-                sampling=config.sampling,
-                max_turns=config.max_turns,
-            )
+            spec = EpisodeSpec.of(config, seed)
             trajectories = await asyncio.gather(*(episode(spec) for _ in range(size)))
             return TrajectoryGroup(
                 group_id=spec.group_id,

@@ -17,7 +17,6 @@ import asyncio
 import dataclasses
 import math
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,16 +66,8 @@ async def play(
         before = engine.meter.totals()
 
         async def one(seed: int) -> Trajectory:
-            spec = EpisodeSpec(
-                env_id=task.env_id,
-                env_kwargs=dict(task.env_kwargs),
-                task_seed=seed,
-                group_id=uuid.uuid4().hex,
-                sampling=task.sampling,
-                max_turns=task.max_turns,
-            )
             async with slots:
-                return await runner.run(spec)
+                return await runner.run(EpisodeSpec.of(task, seed))
 
         episodes = list(await asyncio.gather(*(one(seed) for seed in task.seeds)))
         after = engine.meter.totals()

@@ -41,6 +41,7 @@ from rollgym.trainer.config import AlarmBounds, ClientConfig, TrainerConfig
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
 from rollgym.trainer.loop import TrainResult, train
+from rollgym.trainer.online_eval import EvalTask
 
 
 class TaskConfig(BaseModel):
@@ -148,7 +149,8 @@ class RunConfig(BaseModel):
 
     def _check_warmstart(self, warmstart: WarmStartConfig) -> None:
         demo_env = {"low": warmstart.low, "high": warmstart.high, **warmstart.env_kwargs}
-        if self.task.env_id.endswith("GuessNumber-v0") and self.task.env_kwargs != demo_env:
+        differs = any(self.task.env_kwargs.get(k) != v for k, v in demo_env.items())
+        if self.task.env_id.endswith("GuessNumber-v0") and differs:
             raise ValueError(
                 f"the warm start's demonstrations play GuessNumber with {demo_env}, "
                 f"the task with {self.task.env_kwargs}: they must be the same game"
@@ -198,6 +200,7 @@ class RunReport:
     report_png: Path
     summary_json: Path
     alarm_crossings: list[tuple[int, str, float]]  # (step, metric, value)
+    best: SuccessRate | None = None  # the best online point's weights, held out
 
 
 def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) -> RunReport:
@@ -227,15 +230,24 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
             client,
             warm_dir,
             on_ready=lambda: client.start_rollouts(config.rollout_job()),
+            eval_task=EvalTask(
+                env_id=config.task.env_id,
+                env_kwargs=config.task.env_kwargs,
+                max_turns=config.task.max_turns,
+                sampling=config.sampling(),
+            ),
             printer=printer,
         )
         client.stop_rollouts()
-        warm_rate = final_rate = None
+        warm_rate = final_rate = best_rate = None
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
             warm_rate = _evaluate(client, config, warm_dir)
             final_rate = _evaluate(client, config, final_weights(config))
             printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
+            if result.best_dir is not None:
+                best_rate = _evaluate(client, config, result.best_dir)
+                printer(f"  best (online evaluation): {best_rate}")
     printer("[5/5] report")
     crossings = alarm_crossings(result.records, config.trainer.alarms)
     png = write_report_png(result, config.run_dir / "report.png", warm_rate, final_rate, crossings)
@@ -247,6 +259,7 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
         report_png=png,
         summary_json=config.run_dir / "summary.json",
         alarm_crossings=crossings,
+        best=best_rate,
     )
     _write_summary(report, config)
     return report
@@ -341,7 +354,15 @@ def _write_summary(report: RunReport, config: RunConfig) -> None:
         "groups_trained": report.train.groups_trained,
         "dropped": report.train.dropped.model_dump(),
         "stage_shares": report.train.stage_shares,
-        "success_rate": {"warm_start": rate(report.warm_start), "rl": rate(report.final)},
+        "success_rate": {
+            "warm_start": rate(report.warm_start),
+            "rl": rate(report.final),
+            "best": rate(report.best),
+        },
+        "online_eval": [
+            {**point.model_dump(), "rate": point.rate} for point in report.train.online_eval
+        ],
+        "rollbacks": sum(point.rolled_back for point in report.train.online_eval),
         "alarms": {
             "bounds": config.trainer.alarms.model_dump(),
             "crossings": [

@@ -1,7 +1,8 @@
 """The end-of-run PNG: the reward curve and where the time went.
 
 Left: mean episode reward and success rate per optimizer step (a moving average over the
-noise), with the held-out success rates of the warm start and the RL policy if measured.
+noise), the online evaluations with their intervals (a guard's rollbacks as red dotted
+lines), and the held-out success rates of the warm start and the RL policy if measured.
 Middle: the collapse alarms per step (KL behaviour||trainer, entropy, grad norm, clip
 ratio), with a mark where a metric crossed its bound. Right: the four stages' busy and
 waiting seconds over the last session (``StageTimeline``).
@@ -55,6 +56,14 @@ def write_report_png(
         if rate is not None:
             curve.axhline(rate.rate, ls="--", color=color, label=f"{label} (held out): {rate}")
             curve.axhspan(rate.low, rate.high, color=color, alpha=0.1)
+    if points := result.online_eval:
+        rates = [p.rate for p in points]
+        errors = [[p.rate - p.low for p in points], [p.high - p.rate for p in points]]
+        steps_at = [p.step for p in points]
+        curve.errorbar(steps_at, rates, yerr=errors, fmt="o", ms=3, color="C4", label="online eval")
+        for point in points:
+            if point.rolled_back:
+                curve.axvline(point.step, color="red", ls=":", lw=1)
     curve.set(xlabel="optimizer step", ylabel="per batch", title="reward", ylim=(-0.05, 1.05))
     curve.legend(fontsize=7, loc="lower right")
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+import uuid
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from rollgym.contract.wire import SamplingSettings, Trajectory
 from rollgym.envs import aio
@@ -31,6 +33,19 @@ from rollgym.server.rollout.budget import ContextBudget
 from rollgym.server.rollout.environments import EnvFactory, amake
 
 
+class Task(Protocol):
+    """What a rollout job, an evaluation or a generation plays: an env and how to sample."""
+
+    @property
+    def env_id(self) -> str: ...
+    @property
+    def env_kwargs(self) -> Mapping[str, object]: ...
+    @property
+    def sampling(self) -> SamplingSettings: ...
+    @property
+    def max_turns(self) -> int | None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class EpisodeSpec:
     """What to run: one sample of task ``task_seed`` in group ``group_id``."""
@@ -41,6 +56,19 @@ class EpisodeSpec:
     group_id: str
     sampling: SamplingSettings
     max_turns: int | None = None
+
+    @classmethod
+    def of(cls, task: Task, seed: int | None) -> EpisodeSpec:
+        """An episode of ``task`` on ``seed``, in a group of its own (share the spec to put
+        several samples in one group)."""
+        return cls(
+            env_id=task.env_id,
+            env_kwargs=dict(task.env_kwargs),
+            task_seed=seed,
+            group_id=uuid.uuid4().hex,
+            sampling=task.sampling,
+            max_turns=task.max_turns,
+        )
 
 
 class EpisodeRunner:

@@ -23,7 +23,6 @@ import contextlib
 import logging
 import random
 import statistics
-import uuid
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -109,7 +108,7 @@ class RolloutRunner:
                 "episodes the server runs at once (runner.max_concurrent_episodes)"
             )
         first_seed = job.seeds[0] if job.seeds else 0
-        budget = await self._episodes.probe(self._spec(job, first_seed))
+        budget = await self._episodes.probe(EpisodeSpec.of(job, first_seed))
         if budget.verdict == "cannot_fit":
             raise BadRequest(f"no episode of this job can fit the context: {budget.explain()}")
         if budget.verdict == "may_overflow":
@@ -212,7 +211,7 @@ class RolloutRunner:
         self, job: RolloutJob, seed: int, schedule: SeedSchedule, keep: GroupFilter
     ) -> None:
         """Roll out one group; once its episodes are done, persisting it is not cancelled."""
-        spec = self._spec(job, seed)
+        spec = EpisodeSpec.of(job, seed)
         try:
             trajectories = await asyncio.gather(
                 *(self._episode(spec) for _ in range(job.group_size))
@@ -229,39 +228,12 @@ class RolloutRunner:
             await persisting  # a finished group is persisted and counted, then we stop
             raise
 
-    async def _keep_for_evaluation(
-        self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory]
-    ) -> None:
-        group = TrajectoryGroup(
-            group_id=spec.group_id,
-            env_id=job.env_id,
-            task_seed=spec.task_seed,
-            trajectories=trajectories,
-        )
-        self._counts.invalid_trajectories += sum(not t.valid for t in trajectories)
-        if await self._buffer.put_group(group):
-            self._counts.completed_groups += 1
-
-    @staticmethod
-    def _spec(job: RolloutJob, seed: int) -> EpisodeSpec:
-        return EpisodeSpec(
-            env_id=job.env_id,
-            env_kwargs=dict(job.env_kwargs),
-            task_seed=seed,
-            group_id=uuid.uuid4().hex,
-            sampling=job.sampling,
-            max_turns=job.max_turns,
-        )
-
     async def _keep(
         self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory], keep: GroupFilter
     ) -> None:
         if cut := sum(t.truncated_by_context for t in trajectories):
             self._counts.truncated_by_context += cut
             self._metrics.truncated_by_context.labels(source="rollout").inc(cut)
-        if job.evaluation:  # counted as it is, infrastructure failures included
-            await self._keep_for_evaluation(job, spec, trajectories)
-            return
         valid, invalid = keep.split(trajectories)
         for trajectory in invalid:
             await self._buffer.put_invalid(trajectory)

@@ -11,6 +11,8 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from rollgym.contract.wire import (
     AckRequest,
     AckResponse,
+    EvaluationRequest,
+    EvaluationResult,
     NcclInit,
     NcclUpdate,
     PolicyInfo,
@@ -23,6 +25,7 @@ from rollgym.contract.wire import (
 )
 from rollgym.server.env_access import check_request
 from rollgym.server.errors import BadRequest
+from rollgym.server.rollout.evaluation import evaluate
 from rollgym.server.routes.deps import ServicesDep, require_admin
 from rollgym.server.weights.base import NcclWeights
 
@@ -82,6 +85,19 @@ async def rollout_status(services: ServicesDep) -> RolloutStatus:
 async def stop_rollouts(services: ServicesDep, drain: bool = False) -> RolloutStatus:
     """Stop the job: running groups are cancelled and counted, or finish with ``drain``."""
     return await services.runner.stop(drain=drain)
+
+
+@router.post("/evaluations")
+async def run_evaluation(body: EvaluationRequest, services: ServicesDep) -> EvaluationResult:
+    """Episodes on held-out seeds with the current policy, beside any rollout job
+    (``rollout.evaluation``): one group per seed, nothing filtered or stored."""
+    check_request(services.settings.env_access, body.env_id, body.env_kwargs, lane="admin")
+    return await evaluate(
+        services.episodes,
+        body,
+        version=services.engine.policy_version,
+        max_concurrent=services.settings.runner.max_concurrent_episodes,
+    )
 
 
 @router.post("/buffer/pull", response_model=PullResponse)

@@ -18,6 +18,7 @@ from rollgym.server.engine.base import ServingEngine
 from rollgym.server.errors import Forbidden, Unauthorized
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import PolicyEngine
+from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
 from rollgym.server.sessions import SessionManager
 from rollgym.server.weights.updater import WeightUpdater
@@ -33,6 +34,7 @@ class Services:
     codec: ChatCodec
     buffer: TrajectoryBuffer
     runner: RolloutRunner
+    episodes: EpisodeRunner  # what the runner plays its episodes with (evaluations too)
     sessions: SessionManager
     weights: WeightUpdater
     metrics: ServerMetrics

@@ -21,13 +21,19 @@ STEPS = 4
 def _small_config(run_dir: Path) -> dict[str, object]:
     return {
         "run_dir": str(run_dir),
-        "warmstart": {"oracle_episodes": 24, "imperfect_episodes": 8, "epochs": 1.0},
+        "warmstart": {
+            "oracle_episodes": 24,
+            "imperfect_episodes": 8,
+            "drill_episodes": 8,
+            "epochs": 1.0,
+        },
         "trainer": {
             "output_dir": "grpo",
             "group_size": 4,
             "groups_per_batch": 2,
             "total_steps": STEPS,
             "max_staleness": 1,
+            "online_eval": {"every": 2, "episodes": 8},
         },
         "eval_episodes": 8,
     }
@@ -79,7 +85,13 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     assert [a["step"] for a in per_step] == list(range(1, STEPS + 1))
     for metric in ("kl_behaviour", "entropy", "grad_norm", "is_ratio_p99"):
         assert all(metric in a for a in per_step), metric
-    assert summary["alarms"]["bounds"]["max_kl_behaviour"] == 0.02
+    assert summary["alarms"]["bounds"]["max_kl_behaviour"] == 0.1
+    # online evaluation at steps 2 and 4 across both sessions, the best kept and evaluated
+    # on the held-out seeds beside the last checkpoint
+    assert [p["step"] for p in summary["online_eval"]] == [2, 4]
+    assert all(p["episodes"] + p["infra_failures"] == 8 for p in summary["online_eval"])
+    assert summary["success_rate"]["best"]["episodes"] == 8 and summary["rollbacks"] == 0
+    assert (run_dir / "grpo" / "best" / "config.json").is_file()
     assert (run_dir / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the live table was printed for every step of the second session
     assert second.stdout.count("  sampling ") >= 1

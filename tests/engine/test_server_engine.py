@@ -161,8 +161,19 @@ async def test_a_bad_update_is_refused_and_the_old_weights_keep_serving(
     assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
 
 
+async def _engine_idle(engine: VLLMEngine) -> None:
+    """Until vLLM holds no request (an earlier test's may still be finishing, and would be
+    counted as one of the next test's)."""
+    for _ in range(3000):
+        if engine.llm.get_num_unfinished_requests() == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the engine still had requests after 30 s")
+
+
 async def _all_submitted(engine: VLLMEngine, tasks: list[asyncio.Task]) -> None:
-    """Until vLLM holds every request (a fixed sleep is not enough on a loaded machine)."""
+    """Until vLLM holds every request (a fixed sleep is not enough on a loaded machine);
+    call it on an idle engine (``_engine_idle``)."""
     for _ in range(3000):
         if sum(t.done() for t in tasks) + engine.llm.get_num_unfinished_requests() >= len(tasks):
             return
@@ -180,6 +191,7 @@ async def test_in_flight_requests_never_mix_versions(
         prompt = codec.first_prompt(MESSAGES)
         long = SamplingSettings(temperature=1.0, max_tokens=300)
         version = engine.policy_version
+        await _engine_idle(engine)
         running = [asyncio.create_task(engine.generate(prompt, long)) for _ in range(8)]
         await _all_submitted(engine, running)
         await updater.from_stream(chunks(data), expected_version=version)

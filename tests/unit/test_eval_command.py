@@ -46,43 +46,26 @@ def test_pass_at_k_counts_a_seed_solved_by_any_sample() -> None:
     assert evaluation.summary()["pass@3"]["rate"] == pytest.approx(2 / 3)
 
 
-def test_the_first_group_per_seed_counts_and_its_failures_are_reported_not_resampled() -> None:
-    server = FakeServer(producer=None)
-    # seed 10's first group lost an episode to the infrastructure; its second group (the
-    # job cycling seeds) would have been clean, but it must not replace the first
-    server.add(group(10, [1.0], invalid=1), group(11, [0.0, 1.0]), group(10, [1.0, 1.0]))
-    server.add(group(99, [1.0, 1.0]))  # not one of this evaluation's seeds
+def test_an_evaluation_counts_infrastructure_failures_and_never_reruns_them() -> None:
+    server = FakeServer(producer=None, version=3)
+    server.evaluated = {10: group(10, [1.0], invalid=1), 11: group(11, [0.0, 1.0])}
     with server.client() as client:
         evaluation = evaluate_server(
             client,
             env_id="e",
-            env_kwargs={},
+            env_kwargs={"low": 1},
             seeds=[10, 11],
             samples=2,
             max_turns=3,
-            sampling=SamplingSettings(),
+            sampling=SamplingSettings(temperature=0.5),
         )
-    assert server.job is None  # stopped after the evaluation
+    [request] = server.evaluations  # one call: nothing played again
+    assert (request.seeds, request.samples, request.env_kwargs) == ([10, 11], 2, {"low": 1})
+    assert request.sampling.temperature == 0.5
     assert evaluation.infra_failures == 1
     assert (evaluation.per_sample.successes, evaluation.per_sample.episodes) == (2, 3)
     assert (evaluation.pass_at_k.successes, evaluation.pass_at_k.episodes) == (2, 2)
-    assert server.acked == set(server.handed_out)  # nothing left leased
-
-
-def test_the_job_keeps_everything_at_the_current_version() -> None:
-    server = FakeServer(producer=None, version=4)
-    server.add(group(7, [1.0], version=4))
-    with server.client() as client:
-        evaluate_server(
-            client,
-            env_id="e",
-            env_kwargs={},
-            seeds=[7],
-            max_turns=None,
-            sampling=SamplingSettings(),
-        )
-    pull = server.pull_requests[-1]
-    assert (pull.trainer_version, pull.max_staleness) == (4, 0)
+    assert server.job is None and not server.handed_out  # no rollout job, no buffer
 
 
 def _model_dir(tmp_path: Path) -> Path:

@@ -86,8 +86,8 @@ def test_crossings_replay_from_the_step_records() -> None:
             step=step, at=0.0, policy_version=step, alarms={"kl_behaviour": kl}, **fields, **counts
         )
 
-    records = [record(1, 0.001), record(2, 0.05), record(3, 0.06), record(4, 0.0)]
-    assert alarm_crossings(records, AlarmBounds()) == [(2, "kl_behaviour", 0.05)]
+    records = [record(1, 0.001), record(2, 0.15), record(3, 0.2), record(4, 0.0)]
+    assert alarm_crossings(records, AlarmBounds()) == [(2, "kl_behaviour", 0.15)]
 
 
 def test_the_live_table_shows_the_step_alarms_and_keeps_finite_ones_only() -> None:

@@ -238,3 +238,76 @@ def test_resume_restores_weights_and_version_and_trains_no_group_twice(
     assert second.dropped.already_trained == len(step3_groups) * 4
     trained = _trained_ids(tmp_path / "run")
     assert len(trained) == len(set(trained)) == 5 * 2
+
+
+def _evaluator(rates: list[float]):  # type: ignore[no-untyped-def]
+    """Answers evaluation ``i`` with a success rate of ``rates[i]`` over its seeds."""
+    calls = iter(rates)
+
+    def answer(request):  # type: ignore[no-untyped-def]
+        rate, n = next(calls), len(request.seeds)
+        wins = round(rate * n)
+        groups = []
+        for i, seed in enumerate(request.seeds):
+            group_id = uuid.uuid4().hex
+            episode = make_trajectory(
+                group_id=group_id, version=0, first_turn=[5], reward=1.0 if i < wins else 0.0
+            )
+            groups.append(
+                TrajectoryGroup(
+                    group_id=group_id, env_id="e", task_seed=seed, trajectories=[episode]
+                )
+            )
+        return groups
+
+    return answer
+
+
+def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
+    tmp_path, default_model_dir
+) -> None:
+    from rollgym.contract.wire import SamplingSettings
+    from rollgym.trainer.config import GuardConfig, OnlineEvalConfig
+    from rollgym.trainer.online_eval import BEST_DIR, EvalTask, read_points
+
+    fake = FakeServer(version=0)
+    fake.evaluator = _evaluator([0.5, 0.75, 0.25, 0.75, 0.75])  # a fall of 50 points at step 3
+    config = _config(
+        tmp_path,
+        total_steps=5,
+        online_eval=OnlineEvalConfig(every=1, episodes=8, first_seed=500),
+        guard=GuardConfig(margin=0.15, lr_factor=0.5),
+    )
+    task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
+    lines: list[str] = []
+    result = train(config, fake.client(), default_model_dir, eval_task=task, printer=lines.append)
+
+    assert [r.seeds for r in fake.evaluations] == [list(range(500, 508))] * 5
+    assert [(p.step, p.rate, p.rolled_back) for p in result.online_eval] == [
+        (1, 0.5, False),
+        (2, 0.75, False),
+        (3, 0.25, True),
+        (4, 0.75, False),  # as good as the best: not a new best, not a fall
+        (5, 0.75, False),
+    ]
+    assert read_points(config.output_dir) == result.online_eval
+    assert result.best_dir == config.output_dir / BEST_DIR
+    # the rollback pushed step 2's weights (kept as the best) after step 3's own push
+    best = AutoModelForCausalLM.from_pretrained(result.best_dir)
+    for name, tensor in best.named_parameters():
+        torch.testing.assert_close(fake.weights[4][name], tensor.detach())
+    assert len(fake.weights) == 1 + 5 + 1 and result.policy_version == fake.version == 7
+    [guard] = [line for line in lines if line.startswith("GUARD")]
+    assert "step 3" in guard and "back to step 2" in guard and "0.001 -> 0.0005" in guard
+    learning_rates = [log["learning_rate"] for log in result.trl_logs if "learning_rate" in log]
+    # TRL logs the rate a step began with: halved from step 4 on (logged from step 5)
+    assert learning_rates == pytest.approx([1e-3] * 4 + [5e-4])
+
+
+def test_online_eval_needs_the_task(tmp_path, default_model_dir) -> None:
+    from rollgym.trainer.config import OnlineEvalConfig
+    from rollgym.trainer.errors import TrainerConfigError
+
+    config = _config(tmp_path, online_eval=OnlineEvalConfig(every=1))
+    with pytest.raises(TrainerConfigError, match="eval_task"):
+        train(config, FakeServer().client(), default_model_dir, printer=None)

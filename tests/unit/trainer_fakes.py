@@ -30,6 +30,8 @@ from rollgym.contract.wire import (
     AckRequest,
     ErrorBody,
     ErrorCode,
+    EvaluationRequest,
+    EvaluationResult,
     PullRequest,
     PullResponse,
     RolloutJob,
@@ -124,7 +126,7 @@ class FakeServer:
         dashboard: bool = True,
     ) -> None:
         """``producer=None``: pulls hand out only what ``add`` put in (no sampling)."""
-        rng = random.Random(0)
+        rng = self._rng = random.Random(0)
         self.version = version
         if producer == "random":
             producer = lambda v, n: random_group(v, n, rng)  # noqa: E731
@@ -142,6 +144,11 @@ class FakeServer:
         # play a crash between a checkpoint and its ack
         self.acks_before_failure: int | None = None
         self.reports: list[TrainerReport] = []  # the dashboard's step reports
+        self.evaluations: list[EvaluationRequest] = []
+        # what an evaluation answers per seed (absent: a random group of ``samples``), or
+        # ``evaluator`` to answer whole requests
+        self.evaluated: dict[int, TrajectoryGroup] = {}
+        self.evaluator: Callable[[EvaluationRequest], list[TrajectoryGroup]] | None = None
         self._leases = itertools.count()
         self.app = self._build_app()
         if dashboard:
@@ -209,6 +216,17 @@ class FakeServer:
                 self.leased.pop(group_id, None)
                 self.acked.add(group_id)
             return {"acked": len(request.group_ids)}
+
+        @app.post("/admin/evaluations")
+        def evaluate(request: EvaluationRequest) -> EvaluationResult:
+            self.evaluations.append(request)
+            if self.evaluator is not None:
+                return EvaluationResult(policy_version=self.version, groups=self.evaluator(request))
+            groups = [
+                self.evaluated.get(seed) or random_group(self.version, request.samples, self._rng)
+                for seed in request.seeds
+            ]
+            return EvaluationResult(policy_version=self.version, groups=groups)
 
         @app.post("/admin/rollouts")
         def start(job: RolloutJob) -> RolloutStatus:
