@@ -6,7 +6,7 @@ negative modes), with the admin token, so admin routes are fuzzed past their aut
 The counts per operation and status class are printed at the end (``-s`` shows them)::
 
     .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
-    ROLLGYM_FUZZ_EXAMPLES=100 .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
+    ROLLGYM_FUZZ_EXAMPLES=20 .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from schemathesis import GenerationMode
 
 from rollgym.run.server_process import ServerProcess
 
-EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "20"))
+# make test runs 10 cases per operation and mode; the figure in docs/http-api.md used 20
+EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "10"))
 GUESS = "rollgym/GuessNumber-v0"
 COUNTS: collections.Counter[tuple[str, str]] = collections.Counter()
 SERVER_ERRORS: list[str] = []
