@@ -189,7 +189,9 @@ def _through_server(
         with ServerClient(config) as client:
             if model_dir is not None:
                 from transformers import AutoModelForCausalLM
+                from transformers.utils import logging as hf_logging
 
+                hf_logging.disable_progress_bar()  # stderr keeps to the one line of an error
                 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
                 WeightPusher(client, version=client.policy_version(retry=False)).push(model)
             return evaluate_server(

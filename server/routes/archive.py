@@ -16,6 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from rollgym.contract.archive import ArchiveKind, ArchivePage
+from rollgym.contract.wire import MAX_VERSION
 from rollgym.server.routes.deps import ServicesDep, require_admin
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
@@ -25,7 +26,7 @@ router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 async def read_archive(
     services: ServicesDep,
     kind: ArchiveKind = "groups",
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_VERSION)] = 0,  # a cursor: SQLite's integers
     limit: Annotated[int, Query(ge=1, le=2000)] = 200,
 ) -> ArchivePage:
     return await services.buffer.read_archive(kind, after, limit)

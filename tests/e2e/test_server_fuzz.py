@@ -6,7 +6,7 @@ negative modes), with the admin token, so admin routes are fuzzed past their aut
 The counts per operation and status class are printed at the end (``-s`` shows them)::
 
     .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
-    ROLLGYM_FUZZ_EXAMPLES=100 .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
+    ROLLGYM_FUZZ_EXAMPLES=20 .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from schemathesis import GenerationMode
 
 from rollgym.run.server_process import ServerProcess
 
-EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "20"))
+# make test runs 10 cases per operation and mode; the figure in docs/http-api.md used 20
+EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "10"))
 GUESS = "rollgym/GuessNumber-v0"
 COUNTS: collections.Counter[tuple[str, str]] = collections.Counter()
 SERVER_ERRORS: list[str] = []
@@ -77,12 +78,18 @@ def test_no_input_gets_a_server_error(server, mode) -> None:
 def _steer(case, mode: GenerationMode, *, model: str) -> None:
     """Valid cases go deep: they name the served model and a served env (random strings
     would stop at the first check). A pull may wait up to 10 minutes for groups that never
-    come: its wait is capped."""
+    come: its wait is capped; an evaluation plays every episode before it answers (up to
+    4,096): it is cut to a few."""
     body = case.body
     if not isinstance(body, dict):
         return
     if isinstance(body.get("timeout_s"), int | float):
         body["timeout_s"] = min(body["timeout_s"], 0.5)
+    if case.path == "/admin/evaluations":
+        if isinstance(body.get("seeds"), list):
+            body["seeds"] = body["seeds"][:3]
+        if isinstance(body.get("samples"), int):
+            body["samples"] = min(body["samples"], 2)
     if mode is GenerationMode.POSITIVE:
         if "model" in body:
             body["model"] = model

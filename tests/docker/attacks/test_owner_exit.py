@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import docker
 from rollgym.sandboxes.docker.provider import LABEL_POOL
 
 REPO = Path(__file__).resolve().parents[3]
@@ -45,7 +46,15 @@ import time; time.sleep(600)
 
 
 def containers(docker_client, pool_id: str) -> list:
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_POOL}={pool_id}"})
+    """The pool's containers; one removed while they are listed counts as gone (the SDK
+    inspects each listed container, and a box ending itself can vanish in between)."""
+    while True:
+        try:
+            return docker_client.containers.list(
+                all=True, filters={"label": f"{LABEL_POOL}={pool_id}"}
+            )
+        except docker.errors.NotFound:
+            continue
 
 
 def wait_until(condition, timeout: float) -> bool:
