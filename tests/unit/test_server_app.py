@@ -23,30 +23,12 @@ from rollgym.contract.wire import (
 )
 from rollgym.sandboxes import metrics as sbx
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
 from rollgym.server.config import SessionConfig
-from rollgym.server.engine.fake import FakeEngine, fake_logprob
+from rollgym.server.engine.fake import fake_logprob
 from rollgym.server.env_access import EnvAccessConfig
 
 GUESS = "rollgym/GuessNumber-v0"
 ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right
-
-
-@pytest.fixture(scope="module")
-def codec(default_model_dir) -> ChatCodec:
-    return ChatCodec.from_model_dir(default_model_dir)
-
-
-@pytest.fixture
-def engine(codec) -> FakeEngine:
-    return FakeEngine(lambda prompt: [*codec.encode("5"), codec.eos_id])
-
-
-@pytest.fixture
-async def client(tmp_path, engine):
-    app = create_app(settings(tmp_path), engine_factory=engine_factory(engine))
-    async with in_process(app) as client:
-        yield client
 
 
 async def test_health_policy_and_models(client) -> None:

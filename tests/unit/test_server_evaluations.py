@@ -1,25 +1,13 @@
-"""``POST /admin/evaluations`` on the app with a fake engine: one group per seed, nothing
-filtered or stored, beside a running rollout job (the real twin: tests/e2e/test_eval_e2e.py)."""
+"""``POST /admin/evaluations`` on the app with a fake engine that always guesses 5
+(tests/unit/conftest.py): one group per seed, nothing filtered or stored, beside a running
+rollout job (the real twin: tests/e2e/test_eval_e2e.py)."""
 
 from __future__ import annotations
 
 import pytest
-from server_fakes import ADMIN, engine_factory, in_process, settings
-
-from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.engine.fake import FakeEngine
+from server_fakes import ADMIN
 
 GUESS = "rollgym/GuessNumber-v0"
-
-
-@pytest.fixture
-async def client(tmp_path, default_model_dir):
-    codec = ChatCodec.from_model_dir(default_model_dir)
-    engine = FakeEngine(lambda prompt: [*codec.encode("5"), codec.eos_id])  # always guesses 5
-    app = create_app(settings(tmp_path), engine_factory=engine_factory(engine))
-    async with in_process(app) as client:
-        yield client
 
 
 def request(**changes: object) -> dict[str, object]:

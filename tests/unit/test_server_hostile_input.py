@@ -15,7 +15,6 @@ from server_fakes import ADMIN, engine_factory, in_process, safetensors_bytes, s
 
 from rollgym.envs.core import ChatEnv
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
 from rollgym.server.engine.fake import FakeEngine
 from rollgym.server.weights.base import TensorSpec
 
@@ -49,23 +48,6 @@ class NanRewardEnv(ChatEnv[str, None]):
 
 if NAN_ENV not in gymnasium.registry:
     gymnasium.register(NAN_ENV, entry_point=NanRewardEnv, max_episode_steps=2)
-
-
-@pytest.fixture(scope="module")
-def codec(default_model_dir) -> ChatCodec:
-    return ChatCodec.from_model_dir(default_model_dir)
-
-
-@pytest.fixture
-def engine(codec) -> FakeEngine:
-    return FakeEngine(lambda prompt: [*codec.encode("5"), codec.eos_id])
-
-
-@pytest.fixture
-async def client(tmp_path, engine):
-    app = create_app(settings(tmp_path), engine_factory=engine_factory(engine))
-    async with in_process(app) as client:
-        yield client
 
 
 def job(**change: object) -> dict[str, object]:

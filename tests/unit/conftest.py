@@ -1,0 +1,33 @@
+"""Fixtures of the unit tests that run the server app in-process on a fake engine.
+
+A test module that needs another engine or app defines its own fixture of the same name,
+which takes precedence over these.
+"""
+
+from __future__ import annotations
+
+import pytest
+from server_fakes import engine_factory, in_process, settings
+
+from rollgym.server.app import create_app
+from rollgym.server.chat import ChatCodec
+from rollgym.server.engine.fake import FakeEngine
+
+
+@pytest.fixture(scope="module")
+def codec(default_model_dir) -> ChatCodec:
+    return ChatCodec.from_model_dir(default_model_dir)
+
+
+@pytest.fixture
+def engine(codec) -> FakeEngine:
+    """A fake engine whose every reply is "5" and the end of the turn."""
+    return FakeEngine(lambda prompt: [*codec.encode("5"), codec.eos_id])
+
+
+@pytest.fixture
+async def client(tmp_path, engine):
+    """The whole app in-process on ``engine`` (no sandbox pool), over httpx."""
+    app = create_app(settings(tmp_path), engine_factory=engine_factory(engine))
+    async with in_process(app) as client:
+        yield client
