@@ -50,5 +50,14 @@ class PolicyEngine(Protocol):
         sampling: SamplingSettings,
         *,
         stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        seed: int | None = None,
         request_id: str | None = None,
-    ) -> Generation: ...
+    ) -> Generation:
+        """Sample a completion of ``prompt_ids``.
+
+        It ends at a ``stop_token_ids`` token (kept) or after the token that completes one
+        of the ``stop`` texts (kept whole: the caller cuts the text); ``seed`` makes the
+        sampling reproducible.
+        """
+        ...

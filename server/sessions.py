@@ -159,8 +159,15 @@ class SessionManager:
         sampling: SamplingSettings,
         *,
         tools: list[dict[str, Any]] | None = None,
+        stop: Sequence[str] = (),
+        seed: int | None = None,
+        shown: Callable[[Generation], str] | None = None,
     ) -> Generation:
-        """An LLM call of the session's agent, recorded as the session's next model turn."""
+        """An LLM call of the session's agent, recorded as the session's next model turn.
+
+        ``shown`` is the answer's text as the agent sees it (default: the decoded tokens;
+        the OpenAI route cuts stop texts and tool calls out): its next call repeats it.
+        """
         session = self._get(session_id)
         async with session.lock:
             self._check_open(session)
@@ -173,14 +180,17 @@ class SessionManager:
                     f"{self._max_model_len}: the episode is over; DELETE the session to keep it"
                 )
             generation = await self._engine.generate(
-                context, sampling, stop_token_ids=[self._codec.eos_id]
+                context, sampling, stop_token_ids=[self._codec.eos_id], stop=stop, seed=seed
             )
             session.record.model_turn(context, generation)
-            session.answer = self._codec.decode(generation.token_ids)
+            session.answer = (shown or self._decoded)(generation)
             session.conversation += [*added, {"role": "assistant", "content": session.answer}]
             session.last_stopped = generation.finish_reason == "stop"
             session.last_used = self._clock()
             return generation
+
+    def _decoded(self, generation: Generation) -> str:
+        return self._codec.decode(generation.token_ids)
 
     def _context(
         self, session: _Session, added: list[TemplateMessage], tools: list[dict[str, Any]] | None

@@ -3,7 +3,9 @@
 The script maps a prompt to the tokens to "sample"; logprobs are a fixed function of the
 version (``-0.1 * (version + 1)``), so tests can tell versions apart in a trajectory. It
 keeps the real engine's contract: a generation comes from one version (with ``finish``,
-a swap waits for running generations), ``max_tokens`` and stop ids cut the output, and
+a swap waits for running generations), ``max_tokens`` and stop ids cut the output, so do
+``stop`` texts when the fake is given a ``decode`` (the token completing one is kept; the
+script is deterministic, so any ``seed`` is honoured), and
 ``cached_tokens`` counts the longest prefix shared with one of the last 256 contexts (a
 stand-in for vLLM's prefix cache), reset by a swap.
 """
@@ -39,8 +41,10 @@ class FakeEngine:
         manifest: Manifest = FAKE_MANIFEST,
         latency_s: float = 0.0,
         in_flight: InFlightPolicy = "finish",
+        decode: Callable[[Sequence[int]], str] | None = None,
     ):
         self._script = script
+        self._decode = decode
         self._manifest = manifest
         self._latency_s = latency_s
         self._in_flight: InFlightPolicy = in_flight
@@ -81,6 +85,8 @@ class FakeEngine:
         sampling: SamplingSettings,
         *,
         stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        seed: int | None = None,
         request_id: str | None = None,
     ) -> Generation:
         async with self._swap_lock:  # wait while a swap runs
@@ -92,7 +98,9 @@ class FakeEngine:
             cached = max((_common_prefix(prompt, c) for c in self._contexts), default=0)
             if self._latency_s:
                 await asyncio.sleep(self._latency_s)
-            tokens, finish = _cut(self._script(prompt), sampling.max_tokens, stop_token_ids)
+            tokens, finish = _cut(
+                self._script(prompt), sampling.max_tokens, stop_token_ids, self._stops(stop)
+            )
             self._contexts.append(prompt + tokens)
             return Generation(
                 token_ids=tokens,
@@ -107,6 +115,15 @@ class FakeEngine:
             async with self._idle:
                 self._running -= 1
                 self._idle.notify_all()
+
+    def _stops(self, stop: Sequence[str]) -> Callable[[list[int]], bool]:
+        """Whether tokens so far end the generation at one of the ``stop`` texts."""
+        if not stop:
+            return lambda tokens: False
+        decode = self._decode
+        if decode is None:
+            raise NotEnabled("stop texts need a FakeEngine made with decode=...")
+        return lambda tokens: any(text in decode(tokens) for text in stop)
 
     async def restore(self, weights: StagedWeights, version: int) -> None:
         self.swapped.append(weights)
@@ -123,12 +140,15 @@ class FakeEngine:
 
 
 def _cut(
-    tokens: Sequence[int], max_tokens: int, stop: Sequence[int]
+    tokens: Sequence[int],
+    max_tokens: int,
+    stop: Sequence[int],
+    stops_text: Callable[[list[int]], bool],
 ) -> tuple[list[int], FinishReason]:
     out: list[int] = []
     for token in tokens[:max_tokens]:
         out.append(token)
-        if token in stop:
+        if token in stop or stops_text(out):
             return out, "stop"
     return out, "length"
 

@@ -33,10 +33,17 @@ class ObservedEngine:
         sampling: SamplingSettings,
         *,
         stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        seed: int | None = None,
         request_id: str | None = None,
     ) -> Generation:
         generation = await self._engine.generate(
-            prompt_ids, sampling, stop_token_ids=stop_token_ids, request_id=request_id
+            prompt_ids,
+            sampling,
+            stop_token_ids=stop_token_ids,
+            stop=stop,
+            seed=seed,
+            request_id=request_id,
         )
         for observe in self._observers:
             observe(generation)

@@ -241,6 +241,8 @@ class VLLMEngine:
         sampling: SamplingSettings,
         *,
         stop_token_ids: Sequence[int] = (),
+        stop: Sequence[str] = (),
+        seed: int | None = None,
         request_id: str | None = None,
     ) -> Generation:
         room = self.config.max_model_len - len(prompt_ids)
@@ -252,7 +254,9 @@ class VLLMEngine:
         from vllm.exceptions import VLLMClientError
 
         try:
-            params = _sampling_params(sampling, min(sampling.max_tokens, room), stop_token_ids)
+            params = _sampling_params(
+                sampling, min(sampling.max_tokens, room), stop_token_ids, stop, seed
+            )
         except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
             raise BadRequest(f"the engine refused the sampling settings: {exc}") from exc
         base_id = request_id or uuid.uuid4().hex
@@ -451,7 +455,14 @@ def _weight_transfer(config: EngineConfig) -> Any:
     return WeightTransferConfig(backend="nccl")
 
 
-def _sampling_params(settings: SamplingSettings, max_tokens: int, stop: Sequence[int]) -> Any:
+def _sampling_params(
+    settings: SamplingSettings,
+    max_tokens: int,
+    stop_ids: Sequence[int],
+    stop: Sequence[str],
+    seed: int | None,
+) -> Any:
+    """vLLM's parameters; it detokenizes only to find ``stop`` texts (its text is unused)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -459,10 +470,12 @@ def _sampling_params(settings: SamplingSettings, max_tokens: int, stop: Sequence
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_tokens=max_tokens,
-        stop_token_ids=list(stop),
+        stop_token_ids=list(stop_ids),
+        stop=list(stop),
+        seed=seed,
         logprobs=0,  # the sampled token's only
         flat_logprobs=True,
-        detokenize=False,
+        detokenize=bool(stop),
         output_kind=RequestOutputKind.FINAL_ONLY,
     )
 

@@ -3,20 +3,29 @@
 Every answer carries the policy version (body ``policy_version``, header
 ``X-Policy-Version``). A chat call with a session id (header ``X-Rollgym-Session`` or body
 ``session_id``) is recorded as that session's model turn; see ``server.sessions``.
+
+A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
+``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.toolcalls``);
+the sampled ids are recorded whole either way. ``n`` choices are ``n`` generations of one
+prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
+server-sent events (``openai_stream``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
+from fastapi.responses import StreamingResponse
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec, ChatInputError
 from rollgym.server.errors import BadRequest
-from rollgym.server.policy import Generation
+from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.routes.deps import Services, ServicesDep
 from rollgym.server.routes.openai_schema import (
     ChatChoice,
@@ -28,11 +37,15 @@ from rollgym.server.routes.openai_schema import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    FunctionCall,
     ModelCard,
     ModelList,
     TokenLogprob,
+    ToolCall,
     usage,
 )
+from rollgym.server.routes.openai_stream import chat_chunks, sse
+from rollgym.server.toolcalls import parse_tool_calls
 
 router = APIRouter(prefix="/v1")
 VERSION_HEADER = "X-Policy-Version"
@@ -43,13 +56,13 @@ async def models(services: ServicesDep) -> ModelList:
     return ModelList(data=[ModelCard(id=services.settings.engine.model_name)])
 
 
-@router.post("/chat/completions")
+@router.post("/chat/completions", response_model=ChatCompletion)
 async def chat_completions(
     body: ChatCompletionRequest,
     response: Response,
     services: ServicesDep,
     x_rollgym_session: Annotated[str | None, Header()] = None,
-) -> ChatCompletion:
+) -> ChatCompletion | StreamingResponse:
     _check_model(body.model, services)
     sampling = _sampling(services, body.temperature, body.top_p, body.token_limit)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
@@ -61,28 +74,64 @@ async def chat_completions(
     codec.check_chars(content_chars, services.settings.engine.max_model_len)
     session_id = body.session_id or x_rollgym_session
     if session_id is not None:
-        generation = await services.sessions.generate(session_id, messages, sampling, tools=tools)
-        prompt_ids = None
+        if body.n > 1:
+            raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
+        generation = await services.sessions.generate(
+            session_id,
+            messages,
+            sampling,
+            tools=tools,
+            stop=body.stop_strings,
+            seed=body.seed,
+            shown=lambda g: _message(codec, body, g).content or "",
+        )
+        generations, prompt_ids = [generation], None
     else:
         prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
-        generation = await services.policy.generate(
-            prompt_ids, sampling, stop_token_ids=[codec.eos_id]
-        )
-    response.headers[VERSION_HEADER] = str(generation.policy_version)
-    text, token_logprobs = await asyncio.to_thread(_decoded, codec, generation, body.logprobs)
-    choice = ChatChoice(
-        message=ChatMessageOut(content=text),
-        finish_reason=generation.finish_reason,
-        logprobs=ChatLogprobs(content=token_logprobs) if body.logprobs else None,
-        token_ids=generation.token_ids if body.return_token_ids else None,
-    )
-    return ChatCompletion(
+        generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+    choices = await asyncio.to_thread(_choices, codec, body, generations)
+    first = generations[0]
+    version = min(g.policy_version for g in generations)
+    answer = ChatCompletion(
         model=body.model,
-        choices=[choice],
-        usage=usage(generation.prompt_tokens, len(generation.token_ids), generation.cached_tokens),
-        policy_version=generation.policy_version,
+        choices=choices,
+        usage=usage(
+            first.prompt_tokens, sum(len(g.token_ids) for g in generations), first.cached_tokens
+        ),
+        policy_version=version,
         prompt_token_ids=prompt_ids if body.return_token_ids else None,
         session_id=session_id,
+    )
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(
+            sse(chat_chunks(answer, include_usage=include_usage)),
+            media_type="text/event-stream",
+            headers={VERSION_HEADER: str(version)},
+        )
+    response.headers[VERSION_HEADER] = str(version)
+    return answer
+
+
+async def _n_generations(
+    policy: PolicyEngine,
+    codec: ChatCodec,
+    body: ChatCompletionRequest,
+    prompt_ids: list[int],
+    sampling: SamplingSettings,
+) -> list[Generation]:
+    """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``."""
+    return await asyncio.gather(
+        *(
+            policy.generate(
+                prompt_ids,
+                sampling,
+                stop_token_ids=[codec.eos_id],
+                stop=body.stop_strings,
+                seed=None if body.seed is None else body.seed + i,
+            )
+            for i in range(body.n)
+        )
     )
 
 
@@ -94,10 +143,11 @@ async def completions(
     sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)
     codec = services.codec
     prompt_ids = await _prompt_ids(codec, body.prompt, services.settings.engine.max_model_len)
-    generation = await services.policy.generate(prompt_ids, sampling)
+    stop = body.stop_strings
+    generation = await services.policy.generate(prompt_ids, sampling, stop=stop, seed=body.seed)
     response.headers[VERSION_HEADER] = str(generation.policy_version)
     text, token_logprobs = await asyncio.to_thread(
-        _decoded, codec, generation, body.logprobs is not None
+        _decoded, codec, generation, body.logprobs is not None, stop
     )
     logprobs = None
     if body.logprobs is not None:
@@ -150,12 +200,58 @@ async def _prompt_ids(codec: ChatCodec, prompt: str | list[int], max_model_len: 
     return prompt
 
 
+def _choices(
+    codec: ChatCodec, body: ChatCompletionRequest, generations: Sequence[Generation]
+) -> list[ChatChoice]:
+    """The answer's choices (CPU work: a thread's)."""
+    choices = []
+    for index, generation in enumerate(generations):
+        message = _message(codec, body, generation)
+        called = message.tool_calls and generation.finish_reason == "stop"
+        token_logprobs = _token_logprobs(codec, generation) if body.logprobs else None
+        choices.append(
+            ChatChoice(
+                index=index,
+                message=message,
+                finish_reason="tool_calls" if called else generation.finish_reason,
+                logprobs=None if token_logprobs is None else ChatLogprobs(content=token_logprobs),
+                token_ids=generation.token_ids if body.return_token_ids else None,
+                policy_version=generation.policy_version,
+            )
+        )
+    return choices
+
+
+def _message(
+    codec: ChatCodec, body: ChatCompletionRequest, generation: Generation
+) -> ChatMessageOut:
+    """The assistant's message as the client is shown it: text up to ``stop``, tool calls."""
+    text = _before_stop(codec.decode(generation.token_ids), body.stop_strings)
+    if not body.parses_tools:
+        return ChatMessageOut(content=text)
+    reply = parse_tool_calls(text, {tool.function.name for tool in body.tools or ()})
+    calls = [
+        ToolCall(
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            function=FunctionCall(name=call.name, arguments=call.arguments),
+        )
+        for call in reply.calls
+    ]
+    return ChatMessageOut(content=reply.content, tool_calls=calls or None)
+
+
+def _before_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the first of the ``stop`` texts (the engine stopped on that one)."""
+    cuts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return text[: min(cuts)] if cuts else text
+
+
 def _decoded(
-    codec: ChatCodec, generation: Generation, logprobs: bool
+    codec: ChatCodec, generation: Generation, logprobs: bool, stop: Sequence[str]
 ) -> tuple[str, list[TokenLogprob]]:
     """The completion's text and, if asked, each token's text and logprob (CPU work: a
     thread's)."""
-    text = codec.decode(generation.token_ids)
+    text = _before_stop(codec.decode(generation.token_ids), stop)
     return text, _token_logprobs(codec, generation) if logprobs else []
 
 

@@ -1,7 +1,8 @@
 """The OpenAI-compatible bodies the server takes and gives (the subset it implements).
 
-Inputs are strict: a parameter the server does not implement (``n > 1``, streaming,
-``top_logprobs > 0``, ``stop`` strings...) is a 422 that names it, never silently ignored.
+Inputs are strict: a parameter the server does not implement (``top_logprobs > 0``,
+``tool_choice: "required"``, streaming or ``n > 1`` on completions...) is a 422 that names
+it, never silently ignored.
 rollgym's additions ride in the same bodies, as the official client's ``extra_body``:
 ``session_id`` (record the call as that session's turn) and ``return_token_ids`` (the
 prompt's and the completion's token ids). Every answer carries ``policy_version``.
@@ -63,30 +64,65 @@ class ToolSpec(_Strict):
     function: FunctionSpec
 
 
+StopString = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+MAX_CHOICES = 16
+
+
 class _Generation(_Strict):
     model: Name
     max_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    n: Literal[1] = 1
-    stream: Literal[False] = False
+    stop: StopString | list[StopString] | None = Field(
+        None, description="up to 4 texts; the answer ends before the first one the model writes"
+    )
+    seed: int | None = Field(
+        None, ge=0, lt=2**63, description="choice i samples with seed + i: reproducible"
+    )
     user: Annotated[str, StringConstraints(max_length=256)] | None = None
     return_token_ids: bool = False
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
+
+    @model_validator(mode="after")
+    def _few_stops(self) -> _Generation:
+        if len(self.stop_strings) > 4:
+            raise ValueError("stop takes at most 4 texts")
+        return self
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
 
 
 class ChatCompletionRequest(_Generation):
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=4096)
     max_completion_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
     logprobs: bool = False
     top_logprobs: Literal[0] | None = None
     tools: list[ToolSpec] | None = Field(None, max_length=128)
+    tool_choice: Literal["auto", "none"] | None = Field(
+        None, description="auto (the default): calls are parsed; none: the text is the answer"
+    )
     session_id: Annotated[str, StringConstraints(max_length=128)] | None = None
 
     @model_validator(mode="after")
-    def _one_limit(self) -> ChatCompletionRequest:
+    def _consistent(self) -> ChatCompletionRequest:
         if self.max_tokens is not None and self.max_completion_tokens is not None:
             raise ValueError("give max_tokens or max_completion_tokens, not both")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options needs stream: true")
         return self
+
+    @property
+    def parses_tools(self) -> bool:
+        """Whether tool calls are parsed out of the answer."""
+        return bool(self.tools) and self.tool_choice != "none"
 
     @property
     def token_limit(self) -> int | None:
@@ -95,6 +131,8 @@ class ChatCompletionRequest(_Generation):
 
 class CompletionRequest(_Generation):
     prompt: Text | list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    n: Literal[1] = 1
+    stream: Literal[False] = False
     logprobs: Literal[0, 1] | None = Field(
         None, description="the sampled token's logprob (top alternatives are not offered)"
     )
@@ -130,7 +168,8 @@ class ChatLogprobs(BaseModel):
 
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -139,6 +178,7 @@ class ChatChoice(BaseModel):
     finish_reason: str
     logprobs: ChatLogprobs | None = None
     token_ids: list[int] | None = None
+    policy_version: int = Field(description="the version that sampled this choice")
 
 
 class _Answer(BaseModel):
@@ -151,8 +191,42 @@ class _Answer(BaseModel):
 
 
 class ChatCompletion(_Answer):
+    """``policy_version``: the lowest of the choices' (``n > 1`` may straddle an update)."""
+
     object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
+    session_id: str | None = None
+
+
+class ChunkToolCall(ToolCall):
+    index: int
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None = None
+    logprobs: ChatLogprobs | None = None
+    token_ids: list[int] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One server-sent event of a streamed chat completion (see ``openai_stream``)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    policy_version: int | None = None
+    prompt_token_ids: list[int] | None = None
     session_id: str | None = None
 
 

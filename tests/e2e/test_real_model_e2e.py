@@ -60,6 +60,7 @@ def test_a_session_with_tools_through_the_openai_client(server, admin, smollm2_d
         model=MODEL,
         messages=session["observation"],
         tools=[CALCULATOR],
+        tool_choice="none",  # the text as sampled: compared with the recorded tokens below
         max_tokens=48,
         extra_headers={"X-Rollgym-Session": session["session_id"]},
     )

@@ -86,6 +86,28 @@ async def test_stop_token_ends_a_turn_and_is_kept(engine, codec) -> None:
     assert cut.token_ids == free.token_ids[: first + 1] and cut.finish_reason == "stop"
 
 
+async def test_a_stop_text_ends_the_generation_after_the_token_completing_it(engine, codec) -> None:
+    prompt = codec.first_prompt(MESSAGES)
+    free = await engine.generate(prompt, GREEDY)
+    text = codec.decode(free.token_ids)
+    middle = range(len(text) // 2, len(text) - 1)  # ASCII: no half-decoded characters
+    stop = next(text[i : i + 2] for i in middle if text[i : i + 2].isascii())
+    cut = await engine.generate(prompt, GREEDY, stop=[stop])
+    assert cut.token_ids == free.token_ids[: len(cut.token_ids)] and cut.finish_reason == "stop"
+    assert stop in codec.decode(cut.token_ids) and stop not in codec.decode(cut.token_ids[:-1])
+
+
+async def test_a_seed_gives_the_same_sample_alone_or_batched_with_others(engine, codec) -> None:
+    prompt = codec.first_prompt(MESSAGES)
+    settings = SamplingSettings(temperature=1.0, top_p=0.9, max_tokens=16)
+    alone = await engine.generate(prompt, settings, seed=7)
+    batch = await asyncio.gather(
+        *(engine.generate(prompt, settings, seed=7 if i % 2 else None) for i in range(6))
+    )
+    assert [g.token_ids for g in batch[1::2]] == [alone.token_ids] * 3
+    assert any(g.token_ids != alone.token_ids for g in batch[::2])  # unseeded: free
+
+
 async def test_a_turn_that_extends_the_last_one_is_served_from_the_prefix_cache(
     engine, codec
 ) -> None:

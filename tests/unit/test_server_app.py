@@ -108,7 +108,7 @@ async def test_chat_completion_returns_ids_and_logprobs_on_request(client, codec
     )
     body = answer.json()
     choice = body["choices"][0]
-    assert choice["message"] == {"role": "assistant", "content": "5"}
+    assert choice["message"] == {"role": "assistant", "content": "5", "tool_calls": None}
     assert choice["token_ids"] == [*codec.encode("5"), codec.eos_id]
     assert [t["logprob"] for t in choice["logprobs"]["content"]] == [fake_logprob(0)] * 2
     assert body["prompt_token_ids"] == codec.first_prompt([{"role": "user", "content": "Guess."}])
@@ -129,8 +129,11 @@ async def test_completion_from_a_text_prompt(client, codec) -> None:
     ("change", "problem"),
     [
         ({"model": "gpt-4"}, "serves model 'rollgym-tiny'"),
-        ({"stream": True}, "stream"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"stream_options": {"include_usage": True}}, "stream_options needs stream"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop takes at most 4"),
+        ({"seed": -1}, "seed"),
         ({"frequency_penalty": 0.5}, "frequency_penalty"),
         ({"messages": []}, "messages"),
     ],
