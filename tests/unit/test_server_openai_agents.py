@@ -100,3 +100,9 @@ async def test_a_sessions_tool_call_is_recorded_as_sampled_and_its_reply_appende
     sampled = [*codec.encode(SAID), codec.eos_id]
     assert context[: len(opening) + len(sampled)] == opening + sampled
     assert context[len(opening) + len(sampled) :] == codec.continuation([result], stopped=True)
+
+
+async def test_a_completion_stops_at_a_stop_text_too(client) -> None:
+    body = {"model": MODEL, "prompt": "2 + 3?", "stop": ["<tool_call>"], "seed": 1}
+    [choice] = (await client.post("/v1/completions", json=body)).json()["choices"]
+    assert choice["text"] == "Sure.\n" and choice["finish_reason"] == "stop"
