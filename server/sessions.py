@@ -185,7 +185,8 @@ class SessionManager:
             session.record.model_turn(context, generation)
             session.answer = (shown or self._decoded)(generation)
             session.conversation += [*added, {"role": "assistant", "content": session.answer}]
-            session.last_stopped = generation.finish_reason == "stop"
+            # A stop text ends the turn without the end-of-turn token: the continuation adds it.
+            session.last_stopped = generation.token_ids[-1:] == [self._codec.eos_id]
             session.last_used = self._clock()
             return generation
 

@@ -106,3 +106,23 @@ async def test_a_completion_stops_at_a_stop_text_too(client) -> None:
     body = {"model": MODEL, "prompt": "2 + 3?", "stop": ["<tool_call>"], "seed": 1}
     [choice] = (await client.post("/v1/completions", json=body)).json()["choices"]
     assert choice["text"] == "Sure.\n" and choice["finish_reason"] == "stop"
+
+
+async def test_a_session_turn_cut_by_a_stop_text_is_closed_by_an_end_of_turn_token(
+    client, engine, codec
+) -> None:
+    session = (await client.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0"})).json()
+    headers = {"X-Rollgym-Session": session["session_id"]}
+    body = {"model": MODEL, "messages": session["observation"], "stop": "<tool_call>"}
+    [choice] = (
+        await client.post(
+            "/v1/chat/completions", json={**body, "return_token_ids": True}, headers=headers
+        )
+    ).json()["choices"]
+    note = {"role": "user", "content": "Go on."}
+    body["messages"] = [*session["observation"], choice["message"], note]
+    assert (await client.post("/v1/chat/completions", json=body, headers=headers)).is_success
+    opening, context = engine.prompts
+    closing = codec.continuation([note], stopped=False)
+    assert closing[0] == codec.eos_id  # masked: the environment closes the model's turn
+    assert context == opening + choice["token_ids"] + closing
