@@ -7,8 +7,9 @@ interval, tokens per busy second, and for the lower precision the KL from its be
 logprobs to the training precision's, scored by transformers in the training precision
 on the very tokens it sampled. ``judge`` turns two runs into a ``PrecisionVerdict``.
 
-Sampling is random in both runs (vLLM's CPU build takes no per-request seed), so the two
-rates differ by chance even at equal precision: that is what the printed intervals are for.
+Sampling is random in both runs (and a sampling seed would not pair them: the two
+precisions' logits differ, so the same seed draws other tokens), so the two rates differ by
+chance even at equal precision: that is what the printed intervals are for.
 """
 
 from __future__ import annotations
