@@ -6,13 +6,14 @@ routes' side (429 + Retry-After, the env failure's 409) in the app, in-process.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import gymnasium
 import pytest
-from server_fakes import SCRIPTED, ScriptedEnvs, engine_factory, in_process, settings
+from server_fakes import ADMIN, SCRIPTED, ScriptedEnvs, engine_factory, in_process, settings
 
-from rollgym.contract.wire import PullRequest, SamplingSettings, SessionCreate
+from rollgym.contract.wire import PullRequest, RolloutStatus, SamplingSettings, SessionCreate
 from rollgym.server.app import create_app
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
@@ -221,6 +222,37 @@ async def test_a_full_window_is_a_429_with_retry_after(tmp_path, engine) -> None
         refused = await client.post("/v1/sessions", json=body)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "5"
     assert refused.json()["error"] == "window_full"
+
+
+async def test_rollouts_and_sessions_share_one_window(client) -> None:
+    """A job whose window holds one group: an open session keeps the runner from starting
+    one; once the session's group settles, the runner fills the window and sessions wait."""
+    session = (await client.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0"})).json()
+    job = {
+        "env_id": "rollgym/GuessNumber-v0",
+        "group_size": 2,
+        "groups_per_batch": 1,
+        "max_staleness": 0,
+        "drop_zero_variance": False,
+    }
+    assert (await client.post("/admin/rollouts", json=job, headers=ADMIN)).status_code == 200
+
+    async def status() -> RolloutStatus:
+        return RolloutStatus.model_validate(
+            (await client.get("/admin/rollouts", headers=ADMIN)).json()
+        )
+
+    await asyncio.sleep(0.6)  # a few of the runner's admission rounds
+    assert (await status()).in_flight == 0 and (await status()).completed_groups == 0
+    await client.delete(f"/v1/sessions/{session['session_id']}")  # no turn: nothing stored
+    for _ in range(100):
+        if (await status()).completed_groups == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert (await status()).completed_groups == 1
+    refused = await client.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0"})
+    assert refused.status_code == 429 and refused.json()["error"] == "window_full"
+    await client.delete("/admin/rollouts", headers=ADMIN)
 
 
 @pytest.fixture
