@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -74,6 +75,7 @@ from rollgym.server.rollout.environments import EnvFactory, amake
 from rollgym.server.rollout.episode import opening_budget
 from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
 
+logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
@@ -139,6 +141,7 @@ class SessionManager:
         return len(self._sessions)
 
     async def create(self, request: SessionCreate) -> SessionCreated:
+        """Open a session in its group (see the module docstring)."""
         if len(self._sessions) >= self._config.max_sessions:
             raise TooManySessions(f"{len(self._sessions)} sessions are open; close some first")
         check_request(self._access, request.env_id, request.env_kwargs, lane="agent")
@@ -277,7 +280,12 @@ class SessionManager:
             raise NotFound(f"no session {session_id!r} (closed, expired or never made)")
         self._metrics.sessions.set(len(self._sessions))
         async with session.lock:
-            await asyncio.to_thread(session.env.close)
+            try:
+                await asyncio.to_thread(session.env.close)
+            except Exception:  # the steps are recorded; the session still ends, its group too
+                logger.exception(
+                    "session %s: %s failed to close", session.id, session.request.env_id
+                )
             if reason is not None:
                 session.record.fail(reason)
             return await self._persist(session)

@@ -211,6 +211,30 @@ async def test_a_failed_reset_gives_the_groups_place_back(codec, buffer) -> None
             await sessions.create(request)
 
 
+async def test_an_env_that_fails_to_close_still_ends_its_session_and_group(codec, buffer) -> None:
+    sessions = SessionManager(
+        FakeEngine(lambda prompt: [*codec.encode("3"), codec.eos_id]),
+        codec,
+        ScriptedEnvs(turns=1, reward_of=lambda seed, action: 1.0, close_fails=True),
+        buffer,
+        ServerMetrics(),
+        SessionConfig(),
+        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
+        max_model_len=512,
+        default_max_tokens=8,
+    )
+    made = [
+        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0, group_size=2))
+        for _ in range(2)
+    ]
+    for m in made:
+        await _play(sessions, codec, m.session_id, m.observation)
+    closed = [await sessions.close(m.session_id) for m in made]
+    assert closed[-1].persisted and closed[-1].group_pending == 0 and len(sessions) == 0
+    [group] = await _pull(buffer)
+    assert len(group.trajectories) == 2
+
+
 # --- over HTTP ------------------------------------------------------------------------------
 
 
