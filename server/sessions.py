@@ -59,6 +59,7 @@ from rollgym.server.chat import ChatCodec, TemplateMessage
 from rollgym.server.config import SessionConfig
 from rollgym.server.env_access import EnvAccessConfig, check_request
 from rollgym.server.errors import (
+    BadRequest,
     Conflict,
     ContextFull,
     EnvFailure,
@@ -145,6 +146,11 @@ class SessionManager:
         if len(self._sessions) >= self._config.max_sessions:
             raise TooManySessions(f"{len(self._sessions)} sessions are open; close some first")
         check_request(self._access, request.env_id, request.env_kwargs, lane="agent")
+        if (request.group_size or 1) > self._config.max_sessions:
+            raise BadRequest(
+                f"group_size {request.group_size} is over the {self._config.max_sessions} "
+                "sessions the server holds at once (sessions.max_sessions): it could never fill"
+            )
         if self._groups.opens_group(request) and self._window.room() <= 0:
             gate = self._window.gate
             raise WindowFull(

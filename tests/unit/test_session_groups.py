@@ -20,7 +20,7 @@ from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, SessionConfig
 from rollgym.server.engine.fake import FakeEngine
 from rollgym.server.env_access import EnvAccessConfig
-from rollgym.server.errors import Conflict, WindowFull
+from rollgym.server.errors import BadRequest, Conflict, WindowFull
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.sessions import SessionManager
 
@@ -130,6 +130,8 @@ async def test_a_session_that_does_not_play_its_groups_task_is_refused(sessions)
     assert joined.seed == 1
     with pytest.raises(ValueError, match="group_id or a seed"):
         SessionCreate(env_id=SCRIPTED, group_size=2)
+    with pytest.raises(BadRequest, match="could never fill"):  # max_sessions: 256
+        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=1, group_size=257))
 
 
 async def test_past_the_timeout_a_group_keeps_its_valid_episodes_if_two(
