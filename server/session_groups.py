@@ -115,9 +115,6 @@ class GroupBook:
         elif group.key is not None and not group.expired:  # a place opened again
             self._named.setdefault(group.key, group)
 
-    def group_of(self, session_id: str) -> SessionGroup:
-        return self._of[session_id]
-
     def finish(self, session_id: str, episode: Trajectory | None) -> Settlement | None:
         """A member closed with ``episode`` (None: no model turn); the settlement if due."""
         group = self._of.pop(session_id)

@@ -4,10 +4,10 @@ One job at a time (``start`` replaces it, once the new job is checked: the env i
 and reset once, with its kwargs, and the job is refused if not even one turn fits the
 model's context, or warned about if long episodes may not). The job is persisted
 (``job_path``) until it is stopped, and ``resume`` starts it again after a restart. The
-loop admits new groups while the staleness
-window, shared with external-agent sessions, has room (``SharedWindow``), takes task seeds in the job's order
-(``SeedSchedule``), and runs each group's ``group_size`` episodes concurrently; the engine
-batches every episode's turns together. A finished group is filtered (``GroupFilter``) and
+loop admits new groups while the staleness window, shared with external-agent sessions,
+has room (``SharedWindow``), takes task seeds in the job's order (``SeedSchedule``), and
+runs each group's ``group_size`` episodes concurrently; the engine batches every
+episode's turns together. A finished group is filtered (``GroupFilter``) and
 persisted to the buffer before it is counted; invalid trajectories are kept aside and
 counted, never trained on. ``stop`` ends the job: running groups are cancelled and counted
 as dropped, or with ``drain`` allowed to finish.
