@@ -44,6 +44,7 @@ from rollgym.server.errors import ServerError
 from rollgym.server.guards import BodyLimit, LastResort, error_bytes, watch_loop
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.precision import admitted_verdict, serving_precision
+from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
@@ -122,8 +123,15 @@ async def _services(
         )
         max_model_len = settings.engine.max_model_len
         episodes = EpisodeRunner(policy, codec, envs, max_model_len=max_model_len, metrics=metrics)
+        no_job = AdmissionGate(settings.sessions.max_staleness, settings.sessions.groups_per_batch)
+        window = SharedWindow(no_job, buffered=lambda: buffer.depth.total)
         runner = RolloutRunner(
-            episodes, buffer, metrics, settings.runner, job_path=settings.rollout_job_path
+            episodes,
+            buffer,
+            metrics,
+            settings.runner,
+            job_path=settings.rollout_job_path,
+            window=window,
         )
         stack.push_async_callback(runner.close)
         sessions = SessionManager(
@@ -136,6 +144,7 @@ async def _services(
             access=settings.env_access,
             max_model_len=max_model_len,
             default_max_tokens=settings.engine.sampling.max_tokens,
+            window=window,
         )
         stack.push_async_callback(sessions.close_all)
         for task in (sessions.run_sweeper(), watch_loop(metrics)):
@@ -257,10 +266,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 async def _server_error(request: Request, exc: ServerError) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     if exc.status >= 500:
         logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
-    return _error(exc.status, exc.code, str(exc), headers)
+    return _error(exc.status, exc.code, str(exc), exc.headers())
 
 
 async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:

@@ -157,11 +157,27 @@ class WeightCheckConfig(_Config):
 
 
 class SessionConfig(_Config):
-    """External-agent sessions."""
+    """External-agent sessions.
+
+    Each session group (a lone session is a group of one) takes one group of the staleness
+    window's budget from its first session until it is persisted, like a rollout group.
+    While a rollout job runs, its window governs; with none, ``max_staleness`` and
+    ``groups_per_batch`` here size it. A full window answers 429 with ``Retry-After:
+    retry_after_s``.
+    """
 
     idle_timeout_s: float = Field(600.0, gt=0, description="a session idle this long expires")
     sweep_interval_s: float = Field(5.0, gt=0)
     max_sessions: int = Field(256, ge=1)
+    group_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="a group not settled this long after its first session opened is settled "
+        "with what it has: its valid episodes if at least 2, else set aside as invalid",
+    )
+    max_staleness: int = Field(1, ge=0, description="the window with no rollout job running")
+    groups_per_batch: int = Field(32, ge=1, description="the window with no rollout job running")
+    retry_after_s: int = Field(5, ge=1, description="Retry-After of a 429 for a full window")
 
 
 class RunnerConfig(_Config):

@@ -21,14 +21,19 @@
     │   ├── UpdateInProgress(Conflict)               409  update_in_progress
     │   ├── ContextFull(Conflict)                    409  context_full: a session's context
     │   │                                                 reached max_model_len
-    │   └── NotEnabled(Conflict)                     409  not_enabled: a feature the server's
-    │                                                     configuration leaves off
+    │   ├── NotEnabled(Conflict)                     409  not_enabled: a feature the server's
+    │   │                                                 configuration leaves off
+    │   └── EnvFailure(Conflict)                     409  env_failure: a session's env raised or
+    │                                                     reported an infrastructure fault
+    ├── WindowFull(ServerError)                      429  window_full: the staleness window has
+    │                                                     no room (with Retry-After)
     ├── EngineFailure(ServerError)                   503  engine_failure: the engine cannot serve
     └── TokenPrefixError(ServerError, AssertionError) 500 token_prefix: a turn's prompt does not
                                                           extend the last one (a server bug)
 
 Routes never build error bodies by hand: an exception handler turns any ``ServerError``
-into ``rollgym.contract.wire.ErrorBody`` with ``status`` and ``code`` from the class.
+into ``rollgym.contract.wire.ErrorBody`` with ``status`` and ``code`` from the class, and
+the headers its ``headers()`` asks for.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ class ServerError(Exception):
 
     status: int = 500
     code: str = ErrorCode.SERVER_ERROR
+
+    def headers(self) -> dict[str, str] | None:
+        """Headers the answer carries besides the error body."""
+        return None
 
 
 class BadRequest(ServerError, ValueError):
@@ -81,6 +90,9 @@ class TranscriptMismatch(BadRequest):
 class Unauthorized(ServerError):
     status = 401
     code = ErrorCode.UNAUTHORIZED
+
+    def headers(self) -> dict[str, str] | None:
+        return {"WWW-Authenticate": "Bearer"}
 
 
 class Forbidden(ServerError):
@@ -123,6 +135,27 @@ class NotEnabled(Conflict):
     request cannot work here, and retrying it will not help)."""
 
     code = ErrorCode.NOT_ENABLED
+
+
+class EnvFailure(Conflict):
+    """A session's env raised, or reported an infrastructure fault: the episode is over and
+    invalid (never trained on); the message names the env's error."""
+
+    code = ErrorCode.ENV_FAILURE
+
+
+class WindowFull(ServerError):
+    """The staleness window has no room for another group now; retry after ``retry_after_s``."""
+
+    status = 429
+    code = ErrorCode.WINDOW_FULL
+
+    def __init__(self, message: str, *, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class EngineFailure(ServerError):

@@ -2,8 +2,13 @@
 
 The agent creates a session on an env id and gets the opening messages; it calls the
 OpenAI routes with the session id (header ``X-Rollgym-Session`` or body ``session_id``),
-steps the env with its action, and closes the session, which persists the episode as a
-trajectory (a group of one, ``source="session"``).
+steps the env with its action, and closes the session, which hands the episode
+(``source="session"``) to its group (``server.session_groups``): G sessions on one task
+are persisted as one GRPO group once all have closed, a lone session as a group of one.
+Each group takes one group of the staleness window's budget, shared with the rollout
+runner (``SharedWindow``), from its first session until it settles: a session that would
+open a group while the window is full is refused (``WindowFull``, 429 with
+``Retry-After``); joining an admitted group never is.
 
 The session owns the conversation, token-faithfully: an LLM call's ``messages`` must
 start with the session's conversation so far (same roles and contents, the model's own
@@ -20,7 +25,13 @@ A session whose context reaches ``max_model_len`` is over (``ContextFull``, 409)
 episode is marked ``truncated_by_context``.
 
 Sessions idle for ``idle_timeout_s`` expire: their env is closed (releasing its sandbox)
-and the unfinished episode is kept aside as invalid.
+and the unfinished episode is kept aside as invalid. Groups not settled ``group_timeout_s``
+after their first session opened are settled with what they have (their open sessions
+closed as invalid).
+
+A step on which the env raised, returned a non-finite reward or reported an infrastructure
+fault ends the episode as invalid (``server.recording``) and answers ``EnvFailure`` (409)
+naming the env's error; closing the session then keeps the episode aside.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -40,7 +52,6 @@ from rollgym.contract.wire import (
     SessionCreate,
     SessionCreated,
     SessionStepResult,
-    TrajectoryGroup,
 )
 from rollgym.envs import aio
 from rollgym.server.buffer import TrajectoryBuffer
@@ -48,18 +59,24 @@ from rollgym.server.chat import ChatCodec, TemplateMessage
 from rollgym.server.config import SessionConfig
 from rollgym.server.env_access import EnvAccessConfig, check_request
 from rollgym.server.errors import (
+    BadRequest,
     Conflict,
     ContextFull,
+    EnvFailure,
     NotFound,
     ServerError,
     TranscriptMismatch,
+    WindowFull,
 )
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
+from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import EnvFactory, amake
 from rollgym.server.rollout.episode import opening_budget
+from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
 
+logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
@@ -72,6 +89,7 @@ class TooManySessions(ServerError):
 class _Session:
     id: str
     request: SessionCreate
+    group: SessionGroup
     env: Any
     record: EpisodeRecorder
     conversation: list[TemplateMessage]  # what the agent has seen, in order
@@ -97,8 +115,11 @@ class SessionManager:
         access: EnvAccessConfig,
         max_model_len: int,
         default_max_tokens: int,
+        window: SharedWindow | None = None,
         clock: Clock = time.monotonic,
     ):
+        """``window``: the budget shared with the rollout runner (default: the sessions' own,
+        ``SessionConfig.max_staleness`` and ``groups_per_batch``)."""
         self._engine = engine
         self._codec = codec
         self._envs = envs
@@ -110,17 +131,47 @@ class SessionManager:
         self._default_max_tokens = default_max_tokens
         self._clock = clock
         self._sessions: dict[str, _Session] = {}
+        self._groups = GroupBook(config.group_timeout_s)
+        self._window = window or SharedWindow(
+            AdmissionGate(config.max_staleness, config.groups_per_batch),
+            buffered=lambda: buffer.depth.total,
+        )
+        self._window.count(lambda: len(self._groups))
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     async def create(self, request: SessionCreate) -> SessionCreated:
+        """Open a session in its group (see the module docstring)."""
         if len(self._sessions) >= self._config.max_sessions:
             raise TooManySessions(f"{len(self._sessions)} sessions are open; close some first")
         check_request(self._access, request.env_id, request.env_kwargs, lane="agent")
+        if (request.group_size or 1) > self._config.max_sessions:
+            raise BadRequest(
+                f"group_size {request.group_size} is over the {self._config.max_sessions} "
+                "sessions the server holds at once (sessions.max_sessions): it could never fill"
+            )
+        if self._groups.opens_group(request) and self._window.room() <= 0:
+            gate = self._window.gate
+            raise WindowFull(
+                f"the staleness window is full ({gate.capacity} groups in flight or buffered, "
+                "rollouts and sessions together): retry once the trainer has pulled",
+                retry_after_s=self._config.retry_after_s,
+            )
+        session_id = uuid.uuid4().hex
+        group = self._groups.join(request, session_id, self._clock())
+        try:
+            return await self._start(request, session_id, group)
+        except BaseException:
+            self._groups.leave(session_id)
+            raise
+
+    async def _start(
+        self, request: SessionCreate, session_id: str, group: SessionGroup
+    ) -> SessionCreated:
         env = await amake(self._envs, request.env_id, request.env_kwargs, max_turns=None)
         try:
-            observation, info = await aio.areset(env, seed=request.seed)
+            observation, info = await aio.areset(env, seed=group.seed)
             opening = messages_of(observation)
             budget = await asyncio.to_thread(
                 opening_budget,
@@ -133,11 +184,10 @@ class SessionManager:
         except Exception as exc:
             await asyncio.to_thread(env.close)
             raise Conflict(f"{request.env_id} failed to reset: {exc!r}") from exc
-        session_id = uuid.uuid4().hex
         key = EpisodeKey(
-            session_id, request.env_id, request.seed, "session", env_kwargs=dict(request.env_kwargs)
+            group.id, request.env_id, group.seed, "session", env_kwargs=dict(request.env_kwargs)
         )
-        session = _Session(session_id, request, env, EpisodeRecorder(key), opening)
+        session = _Session(session_id, request, group, env, EpisodeRecorder(key), opening)
         session.last_used = self._clock()
         self._sessions[session.id] = session
         self._metrics.sessions.set(len(self._sessions))
@@ -146,6 +196,9 @@ class SessionManager:
             warnings.append(f"the episode may be cut by the context: {budget.explain()}")
         return SessionCreated(
             session_id=session.id,
+            group_id=group.id,
+            group_size=group.size,
+            seed=group.seed,
             observation=session.conversation,
             info=_plain(info),
             policy_version=self._engine.policy_version,
@@ -224,6 +277,11 @@ class SessionManager:
             session.conversation += step.observation
             session.answer = None
             session.last_used = self._clock()
+            if step.infra_error is not None:
+                raise EnvFailure(
+                    f"{session.request.env_id} failed: {step.infra_error}. The episode is over "
+                    "and invalid (never trained on): DELETE the session"
+                )
             return SessionStepResult(
                 observation=step.observation,
                 reward=step.reward,
@@ -239,38 +297,61 @@ class SessionManager:
             raise NotFound(f"no session {session_id!r} (closed, expired or never made)")
         self._metrics.sessions.set(len(self._sessions))
         async with session.lock:
-            await asyncio.to_thread(session.env.close)
+            try:
+                await asyncio.to_thread(session.env.close)
+            except Exception:  # the steps are recorded; the session still ends, its group too
+                logger.exception(
+                    "session %s: %s failed to close", session.id, session.request.env_id
+                )
             if reason is not None:
                 session.record.fail(reason)
             return await self._persist(session)
 
     async def _persist(self, session: _Session) -> SessionClosed:
-        if session.record.transcript is None or not session.record.turns:
-            return SessionClosed(
-                session_id=session.id, trajectory_id=None, persisted=False, valid=False
-            )
-        session.record.said(session.conversation)
-        trajectory = session.record.trajectory(self._engine.policy_version)
-        if trajectory.truncated_by_context:
-            self._metrics.truncated_by_context.labels(source="session").inc()
-        if trajectory.valid:
-            group = TrajectoryGroup(
-                group_id=session.id,
-                env_id=session.request.env_id,
-                task_seed=session.request.seed,
-                trajectories=[trajectory],
-            )
-            await self._buffer.put_group(group)
-            self._metrics.trajectories.labels(source="session").inc()
-        else:
-            await self._buffer.put_invalid(trajectory)
-            self._metrics.invalid.inc()
+        """Hand the episode to its group; persist the group if this settles it."""
+        episode = None
+        if session.record.transcript is not None and session.record.turns:
+            session.record.said(session.conversation)
+            episode = session.record.trajectory(self._engine.policy_version)
+            if episode.truncated_by_context:
+                self._metrics.truncated_by_context.labels(source="session").inc()
+        settlement = self._groups.finish(session.id, episode)
+        if settlement is not None:
+            await self._store(settlement)
         return SessionClosed(
             session_id=session.id,
-            trajectory_id=trajectory.id,
-            persisted=True,
-            valid=trajectory.valid,
+            trajectory_id=episode.id if episode else None,
+            persisted=episode is not None and settlement is not None,
+            valid=episode is not None and episode.valid,
+            group_id=session.group.id,
+            group_pending=session.group.pending,
         )
+
+    async def _store(self, settlement: Settlement) -> None:
+        """Persist a settled group: its kept episodes as one group, the rest aside, counted."""
+        for trajectory in settlement.invalid:
+            await self._buffer.put_invalid(trajectory)
+            self._metrics.invalid.inc()
+        for trajectory in settlement.set_aside:
+            await self._buffer.put_invalid(trajectory)
+            self._metrics.dropped.labels(reason="too_few_valid").inc()
+        if settlement.kept is not None:
+            await self._buffer.put_group(settlement.kept)
+            kept = len(settlement.kept.trajectories)
+            self._metrics.trajectories.labels(source="session").inc(kept)
+        if settlement.group.size > 1:
+            self._metrics.session_groups.labels(outcome=settlement.outcome).inc()
+
+    async def expire_groups(self) -> int:
+        """Settle groups past ``group_timeout_s`` (their open sessions closed as invalid)."""
+        overdue = self._groups.overdue(self._clock())
+        for group in overdue:
+            for session_id in list(group.open):
+                with contextlib.suppress(NotFound):
+                    await self.close(session_id, reason="its group timed out (group_timeout_s)")
+            if (settlement := self._groups.settle_expired(group)) is not None:
+                await self._store(settlement)
+        return len(overdue)
 
     async def expire_idle(self) -> int:
         """Close sessions idle longer than the timeout; return how many."""
@@ -287,6 +368,7 @@ class SessionManager:
         while True:
             await asyncio.sleep(self._config.sweep_interval_s)
             await self.expire_idle()
+            await self.expire_groups()
 
     async def close_all(self) -> None:
         for session_id in list(self._sessions):

@@ -18,6 +18,10 @@ TRL compares samples in blocks of exactly ``group_size``. A group the server sho
 keeps only valid episodes) is padded with copies of its first episode marked invalid and
 with an all-zero ``env_mask``: their reward is ``None`` (out of the group baseline, zero
 advantage) and no token of theirs enters the loss or its normaliser.
+
+Groups of external-agent sessions (``source="session"``) have the same shape and go the
+same way: G sessions on one task give real advantages; a lone session is a group of one
+(no baseline), so it is padded and its advantage is zero.
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ KwargScalar = (
     | FiniteFloat
     | None
 )
+GroupId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\w.:-]+$")]
 KwargValue = KwargScalar | Annotated[list[KwargScalar], Field(max_length=MAX_KWARG_ITEMS)]
 EnvKwargs = Annotated[
     dict[Annotated[str, StringConstraints(min_length=1, max_length=64)], KwargValue],
@@ -114,6 +115,8 @@ class ErrorCode(StrEnum):
     REQUEST_TOO_LARGE = "request_too_large"
     ENV_NOT_ALLOWED = "env_not_allowed"
     CONTEXT_FULL = "context_full"
+    WINDOW_FULL = "window_full"  # the staleness window has no room: retry after Retry-After
+    ENV_FAILURE = "env_failure"  # the env failed (raised, or reported an infrastructure fault)
 
 
 class ErrorBody(BaseModel):
@@ -401,15 +404,38 @@ class AckResponse(BaseModel):
 
 
 class SessionCreate(_Input):
-    """Start an episode of ``env_id`` for an external agent."""
+    """Start an episode of ``env_id`` for an external agent, alone or as one of a group.
+
+    A group is the G sessions on one task that GRPO compares: name it with your own
+    ``group_id`` and its ``group_size``, or give only ``group_size`` with a ``seed`` and the
+    task key (``env_id``, ``env_kwargs``, ``seed``) names it. Members must agree on the
+    task; a group without a seed plays the one the server draws for its first member.
+    """
 
     env_id: EnvId
     env_kwargs: EnvKwargs = Field(default_factory=dict)
     seed: Seed | None = None
+    group_id: GroupId | None = Field(None, description="your id of the group to join or open")
+    group_size: int | None = Field(
+        None, ge=1, le=MAX_GROUP_SIZE, description="sessions in the group (G)"
+    )
+
+    @model_validator(mode="after")
+    def _group_named(self) -> SessionCreate:
+        if self.group_id is not None and self.group_size is None:
+            raise ValueError("group_id needs group_size (how many sessions the group has)")
+        if self.group_size is not None and self.group_id is None and self.seed is None:
+            raise ValueError(
+                "a group needs a group_id or a seed (the task key is env_id, env_kwargs, seed)"
+            )
+        return self
 
 
 class SessionCreated(BaseModel):
     session_id: str
+    group_id: str = Field(description="the server's id of the session's group (its own if lone)")
+    group_size: int = Field(description="1 for a lone session")
+    seed: int | None = Field(description="the seed the env was reset with")
     observation: list[EnvMessage]
     info: dict[str, object]
     policy_version: int
@@ -433,5 +459,12 @@ class SessionStepResult(BaseModel):
 class SessionClosed(BaseModel):
     session_id: str
     trajectory_id: str | None = Field(description="None when the episode had no model turn")
-    persisted: bool
+    persisted: bool = Field(
+        description="the episode is stored now; a group member's is stored when its group "
+        "settles (group_pending 0)"
+    )
     valid: bool
+    group_id: str
+    group_pending: int = Field(
+        description="sessions of the group still to close (or to open); 0: the group settled"
+    )

@@ -13,12 +13,18 @@ the runner over-generates because filtering (zero-variance groups) drops about
 ``1 - 1/oversample`` of them: an in-flight group is expected to yield ``1/oversample``
 kept groups. With ``oversample = 1`` (the default) this is exactly
 ``in_flight + buffered <= (max_staleness + 1) x batch``.
+
+Two producers make groups: the rollout runner and external-agent sessions. ``SharedWindow``
+makes them share one budget: each tells it how many groups it has in flight, and each asks
+``room()`` (all in-flight groups, both producers') before starting one, so neither can fill
+the window behind the other's back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 from rollgym.contract.staleness import window_capacity
 
@@ -55,3 +61,38 @@ class AdmissionGate:
 
     def admits(self, in_flight: int, buffered: int) -> bool:
         return self.room(in_flight, buffered) > 0
+
+
+class SharedWindow:
+    """One window's budget for all producers of groups (see the module docstring).
+
+    ``job`` is the running rollout job's gate (the runner sets it); without one, ``default``
+    applies (``SessionConfig``'s window). ``buffered`` reads the buffer's depth.
+
+    >>> window = SharedWindow(AdmissionGate(0, 2), buffered=lambda: 1)
+    >>> window.count(lambda: 1)
+    >>> window.room()
+    0
+    >>> window.job = AdmissionGate(1, 2)
+    >>> window.room()
+    2
+    """
+
+    def __init__(self, default: AdmissionGate, *, buffered: Callable[[], int]):
+        self.default = default
+        self.job: AdmissionGate | None = None
+        self._buffered = buffered
+        self._producers: list[Callable[[], int]] = []
+
+    @property
+    def gate(self) -> AdmissionGate:
+        return self.job or self.default
+
+    def count(self, in_flight: Callable[[], int]) -> None:
+        """Count a producer's groups in flight (``in_flight`` is read at each ``room()``)."""
+        self._producers.append(in_flight)
+
+    def room(self) -> int:
+        """How many more groups, of any producer, may start now."""
+        in_flight = sum(groups() for groups in self._producers)
+        return self.gate.room(in_flight, self._buffered())

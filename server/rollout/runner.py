@@ -4,10 +4,10 @@ One job at a time (``start`` replaces it, once the new job is checked: the env i
 and reset once, with its kwargs, and the job is refused if not even one turn fits the
 model's context, or warned about if long episodes may not). The job is persisted
 (``job_path``) until it is stopped, and ``resume`` starts it again after a restart. The
-loop admits new groups while the staleness
-window has room (``AdmissionGate``), takes task seeds in the job's order
-(``SeedSchedule``), and runs each group's ``group_size`` episodes concurrently; the engine
-batches every episode's turns together. A finished group is filtered (``GroupFilter``) and
+loop admits new groups while the staleness window, shared with external-agent sessions,
+has room (``SharedWindow``), takes task seeds in the job's order (``SeedSchedule``), and
+runs each group's ``group_size`` episodes concurrently; the engine batches every
+episode's turns together. A finished group is filtered (``GroupFilter``) and
 persisted to the buffer before it is counted; invalid trajectories are kept aside and
 counted, never trained on. ``stop`` ends the job: running groups are cancelled and counted
 as dropped, or with ``drain`` allowed to finish.
@@ -33,7 +33,7 @@ from rollgym.server.config import RunnerConfig
 from rollgym.server.durable import write_atomic
 from rollgym.server.errors import BadRequest, ServerError
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.rollout.admission import AdmissionGate
+from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict
 from rollgym.server.rollout.ordering import SeedSchedule
@@ -64,7 +64,9 @@ class RolloutRunner:
         *,
         job_path: Path | None = None,
         seed: int | None = None,
+        window: SharedWindow | None = None,
     ):
+        """``window``: the budget shared with sessions (default: the runner's own)."""
         self._episodes = episodes
         self._job_path = job_path
         self._buffer = buffer
@@ -79,6 +81,10 @@ class RolloutRunner:
         self._counts = _Counts()
         self._error: str | None = None
         self._warnings: list[str] = []
+        self._window = window or SharedWindow(
+            AdmissionGate(0, 1), buffered=lambda: buffer.depth.total
+        )
+        self._window.count(lambda: len(self._groups))
 
     # --- control --------------------------------------------------------------------------
 
@@ -93,10 +99,10 @@ class RolloutRunner:
         self._warnings = warnings
         if self._job_path is not None:
             await asyncio.to_thread(write_atomic, self._job_path, job.model_dump_json().encode())
-        gate = AdmissionGate(job.max_staleness, job.groups_per_batch, job.oversample)
+        self._window.job = AdmissionGate(job.max_staleness, job.groups_per_batch, job.oversample)
         schedule = SeedSchedule(job.seeds, job.order, self._rng)
         keep = GroupFilter(job.group_size, job.drop_zero_variance)
-        self._loop_task = asyncio.create_task(self._admit(job, gate, schedule, keep))
+        self._loop_task = asyncio.create_task(self._admit(job, schedule, keep))
         self._loop_task.add_done_callback(self._stopped)
         return self.status()
 
@@ -135,6 +141,7 @@ class RolloutRunner:
         (counted as dropped) unless ``drain``."""
         if self._job_path is not None:
             self._job_path.unlink(missing_ok=True)
+        self._window.job = None
         return await self._halt(drain=drain)
 
     async def _halt(self, *, drain: bool = False) -> RolloutStatus:
@@ -173,13 +180,11 @@ class RolloutRunner:
 
     # --- the loop -------------------------------------------------------------------------
 
-    async def _admit(
-        self, job: RolloutJob, gate: AdmissionGate, schedule: SeedSchedule, keep: GroupFilter
-    ) -> None:
+    async def _admit(self, job: RolloutJob, schedule: SeedSchedule, keep: GroupFilter) -> None:
         max_groups = max(self._config.max_concurrent_episodes // job.group_size, 1)
         while self._error is None:
             in_flight = len(self._groups)
-            room = min(gate.room(in_flight, self._buffer.depth.total), max_groups - in_flight)
+            room = min(self._window.room(), max_groups - in_flight)
             for _ in range(room):
                 seed = schedule.next()
                 task = asyncio.create_task(self._group(job, seed, schedule, keep))

@@ -10,12 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.contract.wire import (
+    PullRequest,
+    RolloutJob,
+    SamplingSettings,
+    SessionClosed,
+    SessionCreated,
+    Trajectory,
+)
 from rollgym.run.server_process import ServerProcess
+from rollgym.trainer import feed, grpo
+from rollgym.trainer.batch import RolloutBatch
 from rollgym.trainer.checkpoint import latest_checkpoint
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
@@ -24,6 +34,7 @@ from rollgym.trainer.loop import train
 from rollgym.trainer.weights import WeightPusher
 
 GROUP_SIZE, GROUPS = 4, 2
+MODEL = "rollgym-tiny"
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +132,78 @@ def test_grpo_steps_push_weights_the_server_then_samples_from(
     _assert_served_weights_are(
         latest_checkpoint(config.output_dir), _fresh_episode(client, result.policy_version)
     )
+
+
+def _play_session_group(http: httpx.Client, seed: int) -> list[SessionClosed]:
+    """``GROUP_SIZE`` external-agent sessions on one task (a task key). The agents stop after
+    one or two turns, in turn: the untrained model's guesses are nearly all invalid (-0.1
+    each), so this is what makes the returns of a group differ."""
+    task = {"env_id": "rollgym/GuessNumber-v0", "env_kwargs": {"low": 1, "high": 4}}
+    made = [
+        SessionCreated.model_validate(
+            http.post("/v1/sessions", json={**task, "seed": seed, "group_size": GROUP_SIZE}).json()
+        )
+        for _ in range(GROUP_SIZE)
+    ]
+    assert len({m.group_id for m in made}) == 1
+    closed = []
+    for index, session in enumerate(made):
+        messages = [m.model_dump() for m in session.observation]
+        for _ in range(1 + index % 2):
+            answer = http.post(
+                "/v1/chat/completions",
+                json={"model": MODEL, "messages": messages, "max_tokens": 4, "temperature": 1.0},
+                headers={"X-Rollgym-Session": session.session_id},
+            ).json()
+            action = answer["choices"][0]["message"]["content"]
+            messages.append({"role": "assistant", "content": action})
+            step = http.post(f"/v1/sessions/{session.session_id}/step", json={"action": action})
+            messages += step.json()["observation"]
+            if step.json()["terminated"] or step.json()["truncated"]:
+                break
+        closed.append(
+            SessionClosed.model_validate(http.delete(f"/v1/sessions/{session.session_id}").json())
+        )
+    return closed
+
+
+def test_grouped_sessions_reach_a_grpo_step(
+    server, client, default_model_dir, tmp_path, monkeypatch
+) -> None:
+    """External agents' sessions, in groups, are what the trainer pulls and trains on."""
+    left_over = PullRequest(
+        trainer_version=client.policy_version(), max_staleness=8, num_groups=64, timeout_s=0
+    )
+    client.ack([g.group_id for g in client.pull(left_over).groups])  # earlier tests' groups
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        closed = [c for seed in range(GROUPS) for c in _play_session_group(http, seed)]
+    lasts = closed[GROUP_SIZE - 1 :: GROUP_SIZE]
+    assert all(c.persisted and c.group_pending == 0 for c in lasts)
+
+    batches: list[RolloutBatch] = []
+    outputs: list[dict[str, torch.Tensor]] = []
+    build, score = feed.build_batch, grpo.ServerGRPOTrainer._generate_and_score_completions
+    monkeypatch.setattr(feed, "build_batch", lambda *a: batches.append(build(*a)) or batches[-1])
+    monkeypatch.setattr(
+        grpo.ServerGRPOTrainer,
+        "_generate_and_score_completions",
+        lambda self, inputs: outputs.append(score(self, inputs)) or outputs[-1],
+    )
+    start = client.policy_version()
+    result = train(_config(tmp_path / "run", steps=1), client, default_model_dir, printer=None)
+
+    assert result.steps == 1 and client.policy_version() == start + 2  # start weights + 1 step
+    [batch], [output] = batches, outputs
+    assert set(batch.group_id) == {c.group_id for c in closed}  # the sessions' groups, all
+    assert all(batch.trajectory_valid)  # G sessions each: no zero-weight padding
+    rewards = torch.tensor(batch.trajectory_reward).view(GROUPS, GROUP_SIZE)
+    advantages = output["advantages"].view(GROUPS, GROUP_SIZE)
+    varied = rewards.max(dim=1).values > rewards.min(dim=1).values
+    assert varied.any() and torch.equal(advantages.abs().amax(dim=1) > 1e-6, varied), (
+        rewards,
+        advantages,
+    )
+    torch.testing.assert_close(advantages.sum(dim=1), torch.zeros(GROUPS), atol=1e-3, rtol=0)
 
 
 def test_a_restart_brings_the_server_back_to_the_checkpoint(

@@ -41,7 +41,7 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
     """Asks for an answer ``turns`` times; pays ``reward_of(seed, action)`` each step.
 
     ``fail_on`` makes that step (1-based) report an infrastructure failure, ``crash_on``
-    makes it raise (an env bug); ``latency_s``
+    makes it raise (an env bug), ``close_fails`` makes ``close`` raise; ``latency_s``
     makes each step take that long; its ``sandbox_s`` attribute claims half of it (the
     channel beside ``info`` that ``ChatEnv`` keeps).
     """
@@ -55,12 +55,14 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
         crash_on: int | None = None,
         latency_s: float = 0.0,
         reset_fails: bool = False,
+        close_fails: bool = False,
     ):
         self.observation_space = Messages()
         self.action_space = ChatText()
         self._turns, self._reward_of, self._fail_on = turns, reward_of, fail_on
         self._crash_on = crash_on
         self._latency_s, self._reset_fails = latency_s, reset_fails
+        self._close_fails = close_fails
         self.actions: list[str] = []
         self.closed = False
         self.sandbox_s = 0.0
@@ -96,6 +98,8 @@ class ScriptedEnv(gymnasium.Env[Any, str]):
 
     def close(self) -> None:
         self.closed = True
+        if self._close_fails:
+            raise RuntimeError("the box would not stop")
 
 
 class ScriptedEnvs:

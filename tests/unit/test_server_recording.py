@@ -13,6 +13,7 @@ from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, SessionConfig
 from rollgym.server.engine.fake import FakeEngine
 from rollgym.server.env_access import EnvAccessConfig
+from rollgym.server.errors import Conflict, EnvFailure
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.recording import step_env
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
@@ -62,7 +63,7 @@ async def test_a_crashing_env_makes_the_rollout_episode_invalid(codec) -> None:
     assert len(trajectory.turns) == 2 and trajectory.truncated
 
 
-async def test_a_crashing_env_makes_the_session_invalid_the_same_way(codec, buffer) -> None:
+async def test_a_crashing_env_makes_the_session_invalid_and_the_step_a_4xx(codec, buffer) -> None:
     sessions = SessionManager(
         engine(codec),
         codec,
@@ -76,15 +77,18 @@ async def test_a_crashing_env_makes_the_session_invalid_the_same_way(codec, buff
     )
     made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0))
     conversation = [dict(m) for m in made.observation]
-    for _ in range(2):
-        generation = await sessions.generate(
-            made.session_id, conversation, SamplingSettings(max_tokens=8)
-        )
-        answer = codec.decode(generation.token_ids)
-        result = await sessions.step(made.session_id, answer)
-        conversation += [{"role": "assistant", "content": answer}]
-        conversation += [dict(m) for m in result.observation]
-    assert result.truncated and result.info["failure"] == "infra"
+    generation = await sessions.generate(
+        made.session_id, conversation, SamplingSettings(max_tokens=8)
+    )
+    answer = codec.decode(generation.token_ids)
+    result = await sessions.step(made.session_id, answer)
+    conversation += [{"role": "assistant", "content": answer}, *map(dict, result.observation)]
+    await sessions.generate(made.session_id, conversation, SamplingSettings(max_tokens=8))
+    with pytest.raises(EnvFailure) as failure:  # the route answers 409 env_failure
+        await sessions.step(made.session_id, answer)
+    assert failure.value.status == 409 and "the user's env has a bug" in str(failure.value)
+    with pytest.raises(Conflict):  # the episode is over
+        await sessions.step(made.session_id, answer)
     closed = await sessions.close(made.session_id)
     assert closed.persisted and not closed.valid
     assert await buffer.count_invalid() == 1 and buffer.depth.total == 0
