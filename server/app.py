@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rollgym.contract.wire import ErrorCode
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
+from rollgym.server.agent_keys import AgentKeys, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
@@ -158,8 +159,14 @@ async def _services(
             metrics=metrics,
             dashboard=recorder,
             cost=cost,
+            agent_keys=AgentKeys(settings.agents),
+            quotas=QuotaLedger(refused=_count_refusal(metrics)),
             pool=pool,
         )
+
+
+def _count_refusal(metrics: ServerMetrics) -> Callable[[str, str], None]:
+    return lambda agent, quota: metrics.quota_refusals.labels(agent=agent, quota=quota).inc()
 
 
 async def _weight_updater(
@@ -257,7 +264,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 async def _server_error(request: Request, exc: ServerError) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if exc.retry_after_s is not None:
+        headers["Retry-After"] = str(exc.retry_after_s)
     if exc.status >= 500:
         logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
     return _error(exc.status, exc.code, str(exc), headers)

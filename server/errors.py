@@ -16,6 +16,8 @@
     │   └── EnvNotAllowed(Forbidden)                 403  env_not_allowed: an env id or kwarg
     │                                                     agents may not use (``env_access``)
     ├── NotFound(ServerError, LookupError)           404  not_found (session, env id, path)
+    ├── QuotaExceeded(ServerError)                   429  quota_exceeded: an agent key over one
+    │                                                     of its quotas (``agent_keys``)
     ├── Conflict(ServerError)                        409  conflict
     │   ├── VersionMismatch(Conflict)                409  version_mismatch: X-Expected-Version
     │   ├── UpdateInProgress(Conflict)               409  update_in_progress
@@ -28,7 +30,8 @@
                                                           extend the last one (a server bug)
 
 Routes never build error bodies by hand: an exception handler turns any ``ServerError``
-into ``rollgym.contract.wire.ErrorBody`` with ``status`` and ``code`` from the class.
+into ``rollgym.contract.wire.ErrorBody`` with ``status`` and ``code`` from the class, and
+a ``Retry-After`` header when the error has ``retry_after_s``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class ServerError(Exception):
 
     status: int = 500
     code: str = ErrorCode.SERVER_ERROR
+    retry_after_s: int | None = None  # sent as Retry-After: when trying again may work
 
 
 class BadRequest(ServerError, ValueError):
@@ -97,6 +101,17 @@ class EnvNotAllowed(Forbidden):
 class NotFound(ServerError, LookupError):
     status = 404
     code = ErrorCode.NOT_FOUND
+
+
+class QuotaExceeded(ServerError):
+    """An agent key is over one of its quotas; the message names the quota."""
+
+    status = 429
+    code = ErrorCode.QUOTA_EXCEEDED
+
+    def __init__(self, message: str, *, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Conflict(ServerError):

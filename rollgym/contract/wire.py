@@ -114,6 +114,7 @@ class ErrorCode(StrEnum):
     REQUEST_TOO_LARGE = "request_too_large"
     ENV_NOT_ALLOWED = "env_not_allowed"
     CONTEXT_FULL = "context_full"
+    QUOTA_EXCEEDED = "quota_exceeded"  # an agent key over a quota; Retry-After says when
 
 
 class ErrorBody(BaseModel):
@@ -166,6 +167,9 @@ class Trajectory(BaseModel):
     env_id: str
     task_seed: int | None = None
     source: Literal["rollout", "session"] = "rollout"
+    agent: str | None = Field(
+        None, description="the agent key's name that played a session; None for rollouts"
+    )
     env_kwargs: dict[str, object] = Field(
         default_factory=dict, description="the kwargs the env was made with"
     )

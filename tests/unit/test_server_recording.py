@@ -8,6 +8,7 @@ import pytest
 from server_fakes import SCRIPTED, ScriptedEnv, ScriptedEnvs
 
 from rollgym.contract.wire import SamplingSettings, SessionCreate
+from rollgym.server.agent_keys import Agent, AgentQuota, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, SessionConfig
@@ -74,14 +75,15 @@ async def test_a_crashing_env_makes_the_session_invalid_the_same_way(codec, buff
         max_model_len=512,
         default_max_tokens=8,
     )
-    made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0))
+    lease = QuotaLedger().open_session(Agent("agent", AgentQuota()))
+    made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0), lease)
     conversation = [dict(m) for m in made.observation]
     for _ in range(2):
         generation = await sessions.generate(
-            made.session_id, conversation, SamplingSettings(max_tokens=8)
+            made.session_id, conversation, SamplingSettings(max_tokens=8), agent="agent"
         )
         answer = codec.decode(generation.token_ids)
-        result = await sessions.step(made.session_id, answer)
+        result = await sessions.step(made.session_id, answer, agent="agent")
         conversation += [{"role": "assistant", "content": answer}]
         conversation += [dict(m) for m in result.observation]
     assert result.truncated and result.info["failure"] == "infra"
