@@ -67,10 +67,11 @@ class AgentKeysConfig(BaseModel):
 
     ``keys`` maps a name to its secret (``ROLLGYM_AGENTS__KEYS='{"alice": "..."}'``);
     ``keys_file`` is a JSON file of the same shape (a mounted secret), read at start-up and
-    merged in. ``quotas`` overrides ``default_quota`` per name.
+    merged in. ``quotas`` overrides ``default_quota`` per name. Validation errors never
+    echo their input: it holds the secrets.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     keys: dict[AgentName, SecretStr] = Field(default_factory=dict)
     keys_file: Path | None = None

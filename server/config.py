@@ -219,7 +219,11 @@ class ServerSettings(BaseSettings):
     """Everything ``rollgym serve`` needs; see the module docstring for the variables."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ROLLGYM_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="ROLLGYM_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=True,  # the input holds the admin token and the agent keys
     )
 
     host: str = "127.0.0.1"
