@@ -32,6 +32,8 @@ from rollgym.run.server_process import ServerProcess
 from rollgym.server.config import ServerSettings
 
 MODEL = "rollgym-tiny"
+AGENT_KEY = "bench-agent-key-000000"  # agent routes need one; a bench has no secrets
+AGENT = {"Authorization": f"Bearer {AGENT_KEY}"}
 
 
 def _server(root: Path, model_dir: Path, **settings: str) -> ServerProcess:
@@ -39,7 +41,11 @@ def _server(root: Path, model_dir: Path, **settings: str) -> ServerProcess:
         model_dir=model_dir,
         data_dir=root,
         threads=1,
-        settings={"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024", **settings},
+        settings={
+            "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
+            "ROLLGYM_AGENTS__KEYS": json.dumps({"bench": AGENT_KEY}),
+            **settings,
+        },
     )
 
 
@@ -115,7 +121,7 @@ async def _stall(server: ServerProcess, mb: int, cap: int, repeats: int) -> None
     server's own comes back every time), and beside it the most CPU the loop thread spent
     in one 10 ms sleep over all runs (the server's own work, whatever the machine does)."""
     admin = {"Authorization": f"Bearer {server.admin_token}", "Content-Type": "application/json"}
-    plain = {"Content-Type": "application/json"}
+    plain = {**AGENT, "Content-Type": "application/json"}
     cases = [("idle server (baseline)", "", None, False), *_bodies(mb, cap)]
     rows = []
     async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
@@ -162,7 +168,9 @@ async def updates_under_load(
                 versions.add(answer.json()["policy_version"])
 
     limits = httpx.Limits(max_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=server.url, timeout=300, limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers=AGENT, timeout=300, limits=limits
+    ) as client:
         start = (await client.get("/health")).json()["policy_version"]
         loops = [asyncio.create_task(generate(client, i)) for i in range(clients)]
         applied, durations = 0, []

@@ -351,6 +351,7 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
     import httpx
     import uvicorn
 
+    from rollgym.server.agent_keys import AgentKeysConfig
     from rollgym.server.app import create_app
     from rollgym.server.config import ServerSettings
 
@@ -359,6 +360,7 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
             admin_token="bench-admin-token-0000",
             data_dir=Path(tmp),
             engine=engine.config,
+            agents=AgentKeysConfig(keys={"bench": "bench-agent-key-000000"}),
         )
         app = create_app(settings, engine_factory=lambda config: Borrowed(engine))  # type: ignore[arg-type,return-value]
         port = free_port()
@@ -372,7 +374,8 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
         body = {"model": settings.engine.model_name, "prompt": prompt, "max_tokens": 1}
         one = SamplingSettings(temperature=1.0, max_tokens=1)
         http, local = [], []
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        agent = {"Authorization": "Bearer bench-agent-key-000000"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=agent) as client:
             for _ in range(calls):
                 started = time.perf_counter()
                 (await client.post("/v1/completions", json=body)).raise_for_status()

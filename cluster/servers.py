@@ -39,7 +39,7 @@ M = TypeVar("M", bound=BaseModel)
 # Headers a forwarded call keeps, both ways (hop-by-hop ones and the length are redone).
 FORWARDED = frozenset(
     {"content-type", "authorization", "x-rollgym-session", "x-expected-version", "accept",
-     "x-policy-version", "x-session-id", "www-authenticate"}
+     "x-policy-version", "x-session-id", "www-authenticate", "retry-after"}
 )  # fmt: skip
 
 

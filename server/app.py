@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rollgym.contract.wire import ErrorCode
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
+from rollgym.server.agent_keys import AgentKeys, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
@@ -167,8 +168,14 @@ async def _services(
             metrics=metrics,
             dashboard=recorder,
             cost=cost,
+            agent_keys=AgentKeys(settings.agents),
+            quotas=QuotaLedger(refused=_count_refusal(metrics)),
             pool=pool,
         )
+
+
+def _count_refusal(metrics: ServerMetrics) -> Callable[[str, str], None]:
+    return lambda agent, quota: metrics.quota_refusals.labels(agent=agent, quota=quota).inc()
 
 
 async def _weight_updater(

@@ -9,6 +9,8 @@ fields with ``__``), then defaults::
     ROLLGYM_SANDBOXES__POOL_SIZE=4  ROLLGYM_SANDBOXES__RUNTIME_DIR=/tmp/rollgym-sbx-compose
     ROLLGYM_MAX_BODY_BYTES=262144  ROLLGYM_WEIGHTS__MAX_NORM_RATIO=10
     ROLLGYM_ENV_ACCESS__AGENT_ENV_IDS='["rollgym/GuessNumber-v0"]'
+    ROLLGYM_AGENTS__KEYS='{"alice": "..."}'  ROLLGYM_AGENTS__KEYS_FILE=/run/secrets/agent-keys
+    ROLLGYM_AGENTS__DEFAULT_QUOTA__MAX_SANDBOXES=1  ROLLGYM_AGENTS__ALLOW_ANONYMOUS=false
 
 Each component gets its own model (``EngineConfig``, ``BufferConfig``...), never the root.
 """
@@ -23,6 +25,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
 from rollgym.contract.wire import SamplingSettings
+from rollgym.server.agent_keys import AgentKeysConfig
 from rollgym.server.env_access import EnvAccessConfig
 
 InFlightPolicy = Literal["finish", "abort"]
@@ -232,7 +235,11 @@ class ServerSettings(BaseSettings):
     """Everything ``rollgym serve`` needs; see the module docstring for the variables."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ROLLGYM_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="ROLLGYM_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=True,  # the input holds the admin token and the agent keys
     )
 
     host: str = "127.0.0.1"
@@ -253,6 +260,9 @@ class ServerSettings(BaseSettings):
     )
     weights: WeightCheckConfig = Field(default_factory=WeightCheckConfig)
     env_access: EnvAccessConfig = Field(default_factory=EnvAccessConfig)
+    agents: AgentKeysConfig = Field(
+        default_factory=AgentKeysConfig, description="agent keys and quotas (server.agent_keys)"
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     buffer: BufferConfig = Field(default_factory=BufferConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
@@ -266,6 +276,13 @@ class ServerSettings(BaseSettings):
         from rollgym.server.precision import admitted_verdict
 
         admitted_verdict(self.engine)  # raises, with the command to run, when not admitted
+        return self
+
+    @model_validator(mode="after")
+    def _admin_token_is_no_agent_key(self) -> ServerSettings:
+        admin = self.admin_token.get_secret_value()
+        if any(s.get_secret_value() == admin for s in self.agents.secrets().values()):
+            raise ValueError("an agent key equals the admin token: give agents their own keys")
         return self
 
     @field_validator("admin_token")

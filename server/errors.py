@@ -16,6 +16,8 @@
     │   └── EnvNotAllowed(Forbidden)                 403  env_not_allowed: an env id or kwarg
     │                                                     agents may not use (``env_access``)
     ├── NotFound(ServerError, LookupError)           404  not_found (session, env id, path)
+    ├── QuotaExceeded(ServerError)                   429  quota_exceeded: an agent key over one
+    │                                                     of its quotas (``agent_keys``)
     ├── Conflict(ServerError)                        409  conflict
     │   ├── VersionMismatch(Conflict)                409  version_mismatch: X-Expected-Version
     │   ├── UpdateInProgress(Conflict)               409  update_in_progress
@@ -46,10 +48,11 @@ class ServerError(Exception):
 
     status: int = 500
     code: str = ErrorCode.SERVER_ERROR
+    retry_after_s: int | None = None  # sent as Retry-After: when trying again may work
 
     def headers(self) -> dict[str, str] | None:
-        """Headers the answer carries besides the error body."""
-        return None
+        """Headers the answer carries besides the error body (``Retry-After`` when known)."""
+        return None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
 class BadRequest(ServerError, ValueError):
@@ -111,6 +114,17 @@ class NotFound(ServerError, LookupError):
     code = ErrorCode.NOT_FOUND
 
 
+class QuotaExceeded(ServerError):
+    """An agent key is over one of its quotas; the message names the quota."""
+
+    status = 429
+    code = ErrorCode.QUOTA_EXCEEDED
+
+    def __init__(self, message: str, *, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class Conflict(ServerError):
     status = 409
     code = ErrorCode.CONFLICT
@@ -153,9 +167,6 @@ class WindowFull(ServerError):
     def __init__(self, message: str, *, retry_after_s: int):
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-    def headers(self) -> dict[str, str] | None:
-        return {"Retry-After": str(self.retry_after_s)}
 
 
 class EngineFailure(ServerError):

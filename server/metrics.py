@@ -24,6 +24,7 @@ rollgym_generated_tokens_total              counter    sampled tokens
 rollgym_weight_updates_total{outcome}       counter    applied, rejected, failed
 rollgym_sessions_active                     gauge      open external-agent sessions
 rollgym_session_groups_total{outcome}       counter    settled session groups: kept, set_aside
+rollgym_agent_quota_refusals_total{agent,quota}  counter  agent calls refused over a quota
 rollgym_event_loop_lag_seconds              histogram  how late the loop wakes a 10 ms sleep
 rollgym_event_loop_lag_max_seconds          gauge      ... the longest in the last 10 s
 rollgym_event_loop_busy_max_seconds         gauge      most loop-thread CPU in one such sleep
@@ -127,6 +128,9 @@ class ServerMetrics:
         self.sessions = Gauge("rollgym_sessions_active", "open sessions", registry=r)
         self.session_groups = Counter(
             "rollgym_session_groups", "settled session groups", ["outcome"], registry=r
+        )
+        self.quota_refusals = Counter(
+            "rollgym_agent_quota_refusals", "over-quota calls", ["agent", "quota"], registry=r
         )
         self.loop_lag = Histogram(
             "rollgym_event_loop_lag_seconds", "event loop lag", registry=r, buckets=_LAG

@@ -136,6 +136,7 @@ class EpisodeKey:
     task_seed: int | None
     source: Literal["rollout", "session"]
     env_kwargs: dict[str, object] = dataclasses.field(default_factory=dict)
+    agent: str | None = None  # the agent key's name, for a session
 
 
 class EpisodeRecorder:
@@ -234,6 +235,7 @@ class EpisodeRecorder:
             env_id=self.key.env_id,
             task_seed=self.key.task_seed,
             source=self.key.source,
+            agent=self.key.agent,
             env_kwargs=dict(self.key.env_kwargs),
             prompt_ids=transcript.prompt_ids,
             completion_ids=transcript.completion_ids,

@@ -32,6 +32,11 @@ closed as invalid).
 A step on which the env raised, returned a non-finite reward or reported an infrastructure
 fault ends the episode as invalid (``server.recording``) and answers ``EnvFailure`` (409)
 naming the env's error; closing the session then keeps the episode aside.
+
+Each session belongs to the agent key that opened it (``server.agent_keys``): it holds a
+slot of that key's quota (and a sandbox slot, taken before the reset that takes the box)
+until it closes or expires, only that key can use it (another key gets 404, as for a
+session that does not exist), and its trajectory records the key's name.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from rollgym.contract.wire import (
     SessionStepResult,
 )
 from rollgym.envs import aio
+from rollgym.server.agent_keys import SessionLease
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec, TemplateMessage
 from rollgym.server.config import SessionConfig
@@ -64,6 +70,7 @@ from rollgym.server.errors import (
     ContextFull,
     EnvFailure,
     NotFound,
+    QuotaExceeded,
     ServerError,
     TranscriptMismatch,
     WindowFull,
@@ -72,7 +79,7 @@ from rollgym.server.metrics import ServerMetrics
 from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
-from rollgym.server.rollout.environments import EnvFactory, amake
+from rollgym.server.rollout.environments import EnvFactory, amake, holds_sandbox
 from rollgym.server.rollout.episode import opening_budget
 from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
 
@@ -93,6 +100,7 @@ class _Session:
     env: Any
     record: EpisodeRecorder
     conversation: list[TemplateMessage]  # what the agent has seen, in order
+    lease: SessionLease  # its agent's quota slots, released on close
     pending: list[TemplateMessage] = dataclasses.field(default_factory=list)  # not yet in tokens
     last_stopped: bool = True
     answer: str | None = None  # the model's last answer, until a step follows it
@@ -141,8 +149,8 @@ class SessionManager:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    async def create(self, request: SessionCreate) -> SessionCreated:
-        """Open a session in its group (see the module docstring)."""
+    async def create(self, request: SessionCreate, lease: SessionLease) -> SessionCreated:
+        """Open a session in its group under ``lease`` (the caller releases it if this raises)."""
         if len(self._sessions) >= self._config.max_sessions:
             raise TooManySessions(f"{len(self._sessions)} sessions are open; close some first")
         check_request(self._access, request.env_id, request.env_kwargs, lane="agent")
@@ -161,16 +169,18 @@ class SessionManager:
         session_id = uuid.uuid4().hex
         group = self._groups.join(request, session_id, self._clock())
         try:
-            return await self._start(request, session_id, group)
+            return await self._start(request, session_id, group, lease)
         except BaseException:
             self._groups.leave(session_id)
             raise
 
     async def _start(
-        self, request: SessionCreate, session_id: str, group: SessionGroup
+        self, request: SessionCreate, session_id: str, group: SessionGroup, lease: SessionLease
     ) -> SessionCreated:
         env = await amake(self._envs, request.env_id, request.env_kwargs, max_turns=None)
         try:
+            if holds_sandbox(env):
+                lease.hold_sandbox()  # refused at once, never left waiting for a box
             observation, info = await aio.areset(env, seed=group.seed)
             opening = messages_of(observation)
             budget = await asyncio.to_thread(
@@ -181,13 +191,21 @@ class SessionManager:
                 max_tokens=self._default_max_tokens,
                 max_model_len=self._max_model_len,
             )
+        except QuotaExceeded:
+            await asyncio.to_thread(env.close)
+            raise
         except Exception as exc:
             await asyncio.to_thread(env.close)
             raise Conflict(f"{request.env_id} failed to reset: {exc!r}") from exc
         key = EpisodeKey(
-            group.id, request.env_id, group.seed, "session", env_kwargs=dict(request.env_kwargs)
+            group.id,
+            request.env_id,
+            group.seed,
+            "session",
+            env_kwargs=dict(request.env_kwargs),
+            agent=lease.agent.name,
         )
-        session = _Session(session_id, request, group, env, EpisodeRecorder(key), opening)
+        session = _Session(session_id, request, group, env, EpisodeRecorder(key), opening, lease)
         session.last_used = self._clock()
         self._sessions[session.id] = session
         self._metrics.sessions.set(len(self._sessions))
@@ -211,6 +229,7 @@ class SessionManager:
         messages: Sequence[TemplateMessage],
         sampling: SamplingSettings,
         *,
+        agent: str,
         tools: list[dict[str, Any]] | None = None,
         stop: Sequence[str] = (),
         seed: int | None = None,
@@ -221,7 +240,7 @@ class SessionManager:
         ``shown`` is the answer's text as the agent sees it (default: the decoded tokens;
         the OpenAI route cuts stop texts and tool calls out): its next call repeats it.
         """
-        session = self._get(session_id)
+        session = self._get(session_id, agent)
         async with session.lock:
             self._check_open(session)
             added = _extension(session.conversation, messages)
@@ -263,8 +282,8 @@ class SessionManager:
         session.pending = []
         return transcript.context()
 
-    async def step(self, session_id: str, action: str) -> SessionStepResult:
-        session = self._get(session_id)
+    async def step(self, session_id: str, action: str, *, agent: str) -> SessionStepResult:
+        session = self._get(session_id, agent)
         async with session.lock:
             self._check_open(session)
             step = await step_env(session.env, action, self._metrics)
@@ -290,11 +309,15 @@ class SessionManager:
                 info=_plain(step.info),
             )
 
-    async def close(self, session_id: str, *, reason: str | None = None) -> SessionClosed:
-        """End the session; persist its episode (kept aside as invalid with ``reason``)."""
-        session = self._sessions.pop(session_id, None)
-        if session is None:
-            raise NotFound(f"no session {session_id!r} (closed, expired or never made)")
+    async def close(
+        self, session_id: str, *, agent: str | None = None, reason: str | None = None
+    ) -> SessionClosed:
+        """End the session; persist its episode (kept aside as invalid with ``reason``).
+
+        ``agent``: the key that asks (None: the server itself, on expiry or shutdown).
+        """
+        self._get(session_id, agent)
+        session = self._sessions.pop(session_id)
         self._metrics.sessions.set(len(self._sessions))
         async with session.lock:
             try:
@@ -303,6 +326,8 @@ class SessionManager:
                 logger.exception(
                     "session %s: %s failed to close", session.id, session.request.env_id
                 )
+            finally:
+                session.lease.release()
             if reason is not None:
                 session.record.fail(reason)
             return await self._persist(session)
@@ -375,9 +400,9 @@ class SessionManager:
             with contextlib.suppress(NotFound):
                 await self.close(session_id, reason="server shut down")
 
-    def _get(self, session_id: str) -> _Session:
+    def _get(self, session_id: str, agent: str | None) -> _Session:
         session = self._sessions.get(session_id)
-        if session is None:
+        if session is None or agent not in (None, session.lease.agent.name):
             raise NotFound(f"no session {session_id!r} (closed, expired or never made)")
         return session
 

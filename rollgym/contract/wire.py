@@ -117,6 +117,7 @@ class ErrorCode(StrEnum):
     CONTEXT_FULL = "context_full"
     WINDOW_FULL = "window_full"  # the staleness window has no room: retry after Retry-After
     ENV_FAILURE = "env_failure"  # the env failed (raised, or reported an infrastructure fault)
+    QUOTA_EXCEEDED = "quota_exceeded"  # an agent key over a quota; Retry-After says when
 
 
 class ErrorBody(BaseModel):
@@ -169,6 +170,9 @@ class Trajectory(BaseModel):
     env_id: str
     task_seed: int | None = None
     source: Literal["rollout", "session"] = "rollout"
+    agent: str | None = Field(
+        None, description="the agent key's name that played a session; None for rollouts"
+    )
     env_kwargs: dict[str, object] = Field(
         default_factory=dict, description="the kwargs the env was made with"
     )

@@ -79,6 +79,11 @@ class RegistryEnvs:
             ) from exc
 
 
+def holds_sandbox(env: gymnasium.Env[Any, Any]) -> bool:
+    """Whether ``env`` plays in a box of a pool: its ``reset`` takes one, ``close`` frees it."""
+    return getattr(env.unwrapped, "sandbox_pool", None) is not None
+
+
 @functools.lru_cache(maxsize=256)
 def takes_pool(env_id: str) -> bool:
     """Whether ``env_id``'s entry point takes a ``sandbox_pool``; ``NotFound`` if unknown."""

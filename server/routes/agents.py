@@ -1,4 +1,5 @@
-"""Agent-facing routes (no token): health, metrics, the policy, external-agent sessions."""
+"""Agent-facing routes: health, metrics and the policy (open), external-agent sessions
+(an agent key: ``Authorization: Bearer <agent key>``, see ``server.agent_keys``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rollgym.contract.wire import (
     SessionStepResult,
 )
 from rollgym.server.metrics import CONTENT_TYPE
-from rollgym.server.routes.deps import ServicesDep
+from rollgym.server.routes.deps import AgentDep, ServicesDep
 
 router = APIRouter()
 
@@ -47,17 +48,24 @@ async def policy(services: ServicesDep) -> PolicyInfo:
 
 
 @router.post("/v1/sessions", status_code=status.HTTP_201_CREATED)
-async def create_session(body: SessionCreate, services: ServicesDep) -> SessionCreated:
-    return await services.sessions.create(body)
+async def create_session(
+    body: SessionCreate, services: ServicesDep, agent: AgentDep
+) -> SessionCreated:
+    lease = services.quotas.open_session(agent)
+    try:
+        return await services.sessions.create(body, lease)
+    except BaseException:
+        lease.release()
+        raise
 
 
 @router.post("/v1/sessions/{session_id}/step")
 async def step_session(
-    session_id: str, body: SessionStep, services: ServicesDep
+    session_id: str, body: SessionStep, services: ServicesDep, agent: AgentDep
 ) -> SessionStepResult:
-    return await services.sessions.step(session_id, body.action)
+    return await services.sessions.step(session_id, body.action, agent=agent.name)
 
 
 @router.delete("/v1/sessions/{session_id}")
-async def close_session(session_id: str, services: ServicesDep) -> SessionClosed:
-    return await services.sessions.close(session_id)
+async def close_session(session_id: str, services: ServicesDep, agent: AgentDep) -> SessionClosed:
+    return await services.sessions.close(session_id, agent=agent.name)

@@ -1,4 +1,4 @@
-"""What routes get injected: the services on ``app.state`` and the admin check."""
+"""What routes get injected: the services on ``app.state``, the admin and agent checks."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from rollgym.sandboxes.base import SandboxPool
+from rollgym.server.agent_keys import Agent, AgentKeys, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import ServerSettings
@@ -40,6 +41,8 @@ class Services:
     metrics: ServerMetrics
     dashboard: DashboardRecorder  # the live dashboard's spans and readings
     cost: CostMeter  # the cost board
+    agent_keys: AgentKeys  # who may call the agent routes
+    quotas: QuotaLedger  # what each agent key holds and has generated
     pool: SandboxPool | None = None
     trainer_version: int | None = None  # from the trainer's last pull
 
@@ -62,3 +65,13 @@ def require_admin(
     expected = services.settings.admin_token.get_secret_value()
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
         raise Forbidden("the bearer token is not the admin token")
+
+
+def require_agent(
+    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
+) -> Agent:
+    """Agent routes need ``Authorization: Bearer <agent key>`` (401/403; ``agent_keys``)."""
+    return services.agent_keys.identify(authorization)
+
+
+AgentDep = Annotated[Agent, Depends(require_agent)]

@@ -9,6 +9,10 @@ A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (
 the sampled ids are recorded whole either way. ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
+
+Chat and completions need an agent key (``server.agent_keys``): a call is admitted while
+the key is under its tokens-per-minute quota, and its generated tokens are charged to it.
+``/v1/models`` stays open, like ``/v1/policy``, which names the model too.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec, ChatInputError
 from rollgym.server.errors import BadRequest
 from rollgym.server.policy import Generation, PolicyEngine
-from rollgym.server.routes.deps import Services, ServicesDep
+from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_schema import (
     ChatChoice,
     ChatCompletion,
@@ -61,9 +65,11 @@ async def chat_completions(
     body: ChatCompletionRequest,
     response: Response,
     services: ServicesDep,
+    agent: AgentDep,
     x_rollgym_session: Annotated[str | None, Header()] = None,
 ) -> ChatCompletion | StreamingResponse:
     _check_model(body.model, services)
+    services.quotas.admit_tokens(agent)
     sampling = _sampling(services, body.temperature, body.top_p, body.token_limit)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     for message in messages:
@@ -80,6 +86,7 @@ async def chat_completions(
             session_id,
             messages,
             sampling,
+            agent=agent.name,
             tools=tools,
             stop=body.stop_strings,
             seed=body.seed,
@@ -89,6 +96,7 @@ async def chat_completions(
     else:
         prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
         generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+    services.quotas.charge_tokens(agent, sum(len(g.token_ids) for g in generations))
     choices = await asyncio.to_thread(_choices, codec, body, generations)
     first = generations[0]
     version = min(g.policy_version for g in generations)
@@ -137,14 +145,16 @@ async def _n_generations(
 
 @router.post("/completions")
 async def completions(
-    body: CompletionRequest, response: Response, services: ServicesDep
+    body: CompletionRequest, response: Response, services: ServicesDep, agent: AgentDep
 ) -> Completion:
     _check_model(body.model, services)
+    services.quotas.admit_tokens(agent)
     sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)
     codec = services.codec
     prompt_ids = await _prompt_ids(codec, body.prompt, services.settings.engine.max_model_len)
     stop = body.stop_strings
     generation = await services.policy.generate(prompt_ids, sampling, stop=stop, seed=body.seed)
+    services.quotas.charge_tokens(agent, len(generation.token_ids))
     response.headers[VERSION_HEADER] = str(generation.policy_version)
     text, token_logprobs = await asyncio.to_thread(
         _decoded, codec, generation, body.logprobs is not None, stop

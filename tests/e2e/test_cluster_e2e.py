@@ -35,6 +35,10 @@ from rollgym.trainer.loop import train
 GROUP_SIZE, GROUPS = 4, 2
 
 
+AGENT_KEY = "e2e-agent-key-0123456789"
+AGENT = {"Authorization": f"Bearer {AGENT_KEY}"}
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, default_model_dir) -> Iterator[ClusterProcess]:
     root = tmp_path_factory.mktemp("cluster-e2e")
@@ -45,6 +49,7 @@ def cluster(tmp_path_factory, default_model_dir) -> Iterator[ClusterProcess]:
         "ROLLGYM_CLUSTER__MAX_RESTARTS": "2",
         "ROLLGYM_CLUSTER__MEMORY_PER_SERVER_GIB": "2",
         "ROLLGYM_SANDBOXES__POOL_SIZE": "1",
+        "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),  # passed on to each server
     }
     with ClusterProcess(
         servers=2, model_dir=default_model_dir, data_dir=root, threads=1, settings=settings
@@ -128,7 +133,7 @@ def test_a_run_trains_from_both_servers_and_weights_reach_both(client, cluster, 
 
 
 def test_sessions_stay_on_the_server_that_holds_them(cluster) -> None:
-    http = httpx.Client(base_url=cluster.url, timeout=60)
+    http = httpx.Client(base_url=cluster.url, headers=AGENT, timeout=60)
     homes = {}
     for seed in range(4):
         made = http.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0", "seed": seed})
@@ -145,7 +150,7 @@ def test_sessions_stay_on_the_server_that_holds_them(cluster) -> None:
 
 
 def test_sigkill_of_a_server_during_a_rollout(client, cluster, docker_client) -> None:
-    http = httpx.Client(base_url=cluster.url, timeout=60)
+    http = httpx.Client(base_url=cluster.url, headers=AGENT, timeout=60)
     client.start_rollouts(job())  # nobody pulls: both buffers fill up to their share
     until(
         lambda: min(per_server(cluster, "rollgym_buffer_groups", state="ready").values(), default=0)

@@ -58,12 +58,14 @@ class Project:
         self.name = f"rollgym-e2e-{suffix}"
         self.hostname = f"rollgym-e2e-{suffix}"
         self.token = secrets.token_urlsafe(24)
+        self.agent_key = secrets.token_urlsafe(24)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tmp / "compose.log"
         self.env = {
             **os.environ,
             "ROLLGYM_ADMIN_TOKEN": self.token,
+            "ROLLGYM_AGENT_KEY": self.agent_key,
             "ROLLGYM_BASE_IMAGE": os.environ.get("ROLLGYM_BASE_IMAGE", "rollgym/base:bookworm"),
             "ROLLGYM_HOST_PORT": str(self.port),
             "ROLLGYM_SERVER_HOSTNAME": self.hostname,
@@ -150,7 +152,7 @@ def test_up_trains_down_leaves_nothing_up_again_resumes(project) -> None:
     rollouts = httpx.get(f"{project.url}/admin/rollouts", headers=project.admin(), timeout=10)
     assert rollouts.json()["completed_groups"] >= FIRST_STEPS * 2
     assert dashboard["version_lag"], "the trainer pulled trajectories"
-    _sandboxed_session_answers(project.url)
+    _sandboxed_session_answers(project.url, project.agent_key)
 
     project.run("down", "--timeout", "60")
     assert project.containers() == []
@@ -171,15 +173,17 @@ def test_up_trains_down_leaves_nothing_up_again_resumes(project) -> None:
     assert project.containers() == []
 
 
-def _sandboxed_session_answers(url: str) -> None:
-    """A Shell-v0 session runs a command in a box the server started via the socket."""
-    created = httpx.post(
-        f"{url}/v1/sessions", json={"env_id": "rollgym/Shell-v0", "seed": 0}, timeout=60
-    )
+def _sandboxed_session_answers(url: str, agent_key: str) -> None:
+    """A Shell-v0 session runs a command in a box the server started via the socket; agent
+    routes take the configured agent key and nothing else."""
+    session_body = {"env_id": "rollgym/Shell-v0", "seed": 0}
+    assert httpx.post(f"{url}/v1/sessions", json=session_body, timeout=60).status_code == 401
+    agent = httpx.Client(headers={"Authorization": f"Bearer {agent_key}"}, timeout=60)
+    created = agent.post(f"{url}/v1/sessions", json=session_body)
     assert created.status_code == 201, created.text
     session = created.json()["session_id"]
     action = "```bash\necho hello-from-the-box\n```"
-    step = httpx.post(f"{url}/v1/sessions/{session}/step", json={"action": action}, timeout=60)
+    step = agent.post(f"{url}/v1/sessions/{session}/step", json={"action": action})
     assert "hello-from-the-box" in step.json()["observation"][0]["content"]
     assert step.json()["info"]["failure"] is None
-    httpx.delete(f"{url}/v1/sessions/{session}", timeout=60)
+    agent.delete(f"{url}/v1/sessions/{session}")

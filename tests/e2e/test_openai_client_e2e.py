@@ -8,6 +8,7 @@ as the client reassembles it, with the policy version and token ids rollgym adds
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from rollgym.run.server_process import ServerProcess
 
 MODEL = "rollgym-tiny"
+AGENT_KEY = "e2e-agent-key-0123456789"
+AGENTS = {"ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY})}
 CALCULATOR = {
     "type": "function",
     "function": {
@@ -28,7 +31,11 @@ CALCULATOR = {
 @pytest.fixture(scope="module")
 def server(default_model_dir, tmp_path_factory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("openai")
-    settings = {"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024", "ROLLGYM_SANDBOXES__POOL_SIZE": "0"}
+    settings = {
+        "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
+        "ROLLGYM_SANDBOXES__POOL_SIZE": "0",
+        **AGENTS,
+    }
     with ServerProcess(model_dir=default_model_dir, data_dir=root / "data", settings=settings) as s:
         yield s
 
@@ -36,7 +43,7 @@ def server(default_model_dir, tmp_path_factory) -> Iterator[ServerProcess]:
 def test_a_streamed_answer_with_tools_is_the_seeded_unstreamed_one(server) -> None:
     from openai import OpenAI
 
-    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    client = OpenAI(base_url=f"{server.url}/v1", api_key=AGENT_KEY)
     request = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "What is 2 + 3? Use the calculator."}],

@@ -6,6 +6,7 @@ push and checkpoint against it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -19,6 +20,9 @@ from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train
 
 MODEL = "smollm2-135m-instruct"
+AGENT_KEY = "e2e-agent-key-0123456789"
+AGENTS = {"ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY})}
+AGENT = {"Authorization": f"Bearer {AGENT_KEY}"}
 CALCULATOR = {
     "type": "function",
     "function": {
@@ -36,7 +40,11 @@ CALCULATOR = {
 @pytest.fixture(scope="module")
 def server(smollm2_dir, tmp_path_factory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("real")
-    settings = {"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024", "ROLLGYM_SANDBOXES__POOL_SIZE": "0"}
+    settings = {
+        "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
+        "ROLLGYM_SANDBOXES__POOL_SIZE": "0",
+        **AGENTS,
+    }
     with ServerProcess(model_dir=smollm2_dir, data_dir=root / "data", settings=settings) as server:
         yield server
 
@@ -52,10 +60,12 @@ def test_a_session_with_tools_through_the_openai_client(server, admin, smollm2_d
     from openai import OpenAI
 
     codec = ChatCodec.from_model_dir(smollm2_dir)
-    made = admin.post("/v1/sessions", json={"env_id": "reasoning_gym/chain_sum", "seed": 1})
+    made = admin.post(
+        "/v1/sessions", json={"env_id": "reasoning_gym/chain_sum", "seed": 1}, headers=AGENT
+    )
     assert made.status_code == 201, made.text
     session = made.json()
-    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    client = OpenAI(base_url=f"{server.url}/v1", api_key=AGENT_KEY)
     answer = client.chat.completions.create(
         model=MODEL,
         messages=session["observation"],
@@ -65,9 +75,11 @@ def test_a_session_with_tools_through_the_openai_client(server, admin, smollm2_d
         extra_headers={"X-Rollgym-Session": session["session_id"]},
     )
     action = answer.choices[0].message.content or ""
-    step = admin.post(f"/v1/sessions/{session['session_id']}/step", json={"action": action})
+    step = admin.post(
+        f"/v1/sessions/{session['session_id']}/step", json={"action": action}, headers=AGENT
+    )
     assert step.json()["terminated"]
-    closed = admin.delete(f"/v1/sessions/{session['session_id']}").json()
+    closed = admin.delete(f"/v1/sessions/{session['session_id']}", headers=AGENT).json()
     assert closed["persisted"] and closed["valid"]
     pulled = admin.post(
         "/admin/buffer/pull",

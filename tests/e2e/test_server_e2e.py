@@ -6,6 +6,7 @@ restart test kills it with SIGKILL and starts it again on the same data dir.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,8 @@ from rollgym.server.chat import ChatCodec
 
 TOKEN = "e2e-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+AGENT_KEY = "e2e-agent-key-0123456789"
+AGENT = {"Authorization": f"Bearer {AGENT_KEY}"}
 MODEL = "rollgym-tiny"
 LEASE_S = 3.0
 
@@ -41,6 +44,7 @@ class ServerProcess:
         env = {
             **os.environ,
             "ROLLGYM_ADMIN_TOKEN": TOKEN,
+            "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),
             "ROLLGYM_BUFFER__LEASE_TIMEOUT_S": str(LEASE_S),
             "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
             "ROLLGYM_SANDBOXES__POOL_SIZE": "2",
@@ -157,7 +161,7 @@ def check_token_faithful(trajectory: Trajectory, codec: ChatCodec) -> None:
 def test_the_openai_client_works_and_every_answer_carries_the_version(server) -> None:
     from openai import OpenAI
 
-    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    client = OpenAI(base_url=f"{server.url}/v1", api_key=AGENT_KEY)
     assert [m.id for m in client.models.list().data] == [MODEL]
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL,
@@ -289,9 +293,11 @@ def test_an_external_agent_through_the_openai_client_becomes_a_trajectory(
 ) -> None:
     from openai import OpenAI
 
-    made = admin.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0", "seed": 3})
+    made = admin.post(
+        "/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0", "seed": 3}, headers=AGENT
+    )
     session = made.json()
-    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    client = OpenAI(base_url=f"{server.url}/v1", api_key=AGENT_KEY)
     messages = list(session["observation"])
     for _ in range(2):
         answer = client.chat.completions.create(
@@ -302,16 +308,19 @@ def test_an_external_agent_through_the_openai_client_becomes_a_trajectory(
         )
         action = answer.choices[0].message.content
         messages.append({"role": "assistant", "content": action})
-        step = admin.post(f"/v1/sessions/{session['session_id']}/step", json={"action": action})
+        step = admin.post(
+            f"/v1/sessions/{session['session_id']}/step", json={"action": action}, headers=AGENT
+        )
         messages += step.json()["observation"]
         if step.json()["terminated"] or step.json()["truncated"]:
             break
-    closed = admin.delete(f"/v1/sessions/{session['session_id']}").json()
+    closed = admin.delete(f"/v1/sessions/{session['session_id']}", headers=AGENT).json()
     assert closed["persisted"] and closed["valid"]
     version = admin.get("/health").json()["policy_version"]
     [group] = pull_all(admin, 1, version=version, timeout=10).groups
     [trajectory] = group.trajectories
     assert trajectory.source == "session" and group.group_id == session["session_id"]
+    assert trajectory.agent == "e2e"
     check_token_faithful(trajectory, codec)
     admin.post("/admin/buffer/ack", json={"group_ids": [group.group_id]})
 

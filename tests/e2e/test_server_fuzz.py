@@ -2,7 +2,8 @@
 
 ``rollgym serve`` (vLLM engine, no sandbox pool) on loopback; every operation of its
 OpenAPI schema gets generated inputs, valid and invalid (schemathesis' positive and
-negative modes), with the admin token, so admin routes are fuzzed past their auth too.
+negative modes), with the admin token on admin routes and an agent key on the agent
+routes (``/v1/``), so both are fuzzed past their auth.
 The counts per operation and status class are printed at the end (``-s`` shows them)::
 
     .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
@@ -12,6 +13,7 @@ The counts per operation and status class are printed at the end (``-s`` shows t
 from __future__ import annotations
 
 import collections
+import json
 import os
 from collections.abc import Iterator
 
@@ -26,6 +28,7 @@ from rollgym.run.server_process import ServerProcess
 # make test runs 10 cases per operation and mode; the figure in docs/http-api.md used 20
 EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "10"))
 GUESS = "rollgym/GuessNumber-v0"
+AGENT_KEY = "fuzz-agent-key-000000"
 COUNTS: collections.Counter[tuple[str, str]] = collections.Counter()
 SERVER_ERRORS: list[str] = []
 
@@ -37,7 +40,10 @@ def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
         model_dir=default_model_dir,
         data_dir=root / "server",
         threads=1,
-        settings={"ROLLGYM_ENGINE__MAX_MODEL_LEN": "512"},
+        settings={
+            "ROLLGYM_ENGINE__MAX_MODEL_LEN": "512",
+            "ROLLGYM_AGENTS__KEYS": json.dumps({"fuzz": AGENT_KEY}),
+        },
     ) as process:
         yield process
         _report()
@@ -48,7 +54,8 @@ def test_no_input_gets_a_server_error(server, mode) -> None:
     """Every operation, ``EXAMPLES`` generated cases each (schemathesis' strategies run
     by Hypothesis here: its own pytest plugin does not support pytest 9)."""
     api = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
-    auth = {"Authorization": f"Bearer {server.admin_token}"}
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    agent = {"Authorization": f"Bearer {AGENT_KEY}"}
     for result in api.get_all_operations():
         operation = result.ok()
 
@@ -62,6 +69,7 @@ def test_no_input_gets_a_server_error(server, mode) -> None:
         )
         def fuzz(case) -> None:
             _steer(case, mode, model=server.model_dir.name)
+            auth = agent if case.path.startswith("/v1/") else admin
             response = case.call(headers=auth, timeout=120)
             label = f"{case.method.upper()} {case.path}"
             COUNTS[(label, f"{response.status_code // 100}xx")] += 1

@@ -4,7 +4,10 @@
   the test; ``ScriptedEnvs`` makes it (and the real GuessNumber) by id.
 * ``guessing_script``: a ``FakeEngine`` script that answers with a number drawn from a
   seeded RNG, then the end-of-turn token, so GuessNumber groups have reward variance.
-* ``in_process``: an app's lifespan plus an httpx client over ``ASGITransport``.
+* ``settings``: the server's settings with the admin token and one agent key
+  (``AGENT_NAME``, ``AGENT_KEY``).
+* ``in_process``: an app's lifespan plus an httpx client over ``ASGITransport`` that sends
+  the agent key on the ``/v1/`` routes, as an agent does (``AgentAuth``).
 * ``safetensors_bytes``: a checkpoint that fits ``FAKE_MANIFEST`` (or does not).
 
 This module holds no tests; the test modules import it.
@@ -26,6 +29,7 @@ from fastapi import FastAPI
 from safetensors.torch import save
 
 from rollgym.envs.spaces import ChatText, Messages
+from rollgym.server.agent_keys import Agent, AgentKeysConfig, AgentQuota, QuotaLedger, SessionLease
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import ServerSettings
 from rollgym.server.engine.fake import FakeEngine
@@ -34,6 +38,8 @@ from rollgym.server.rollout.environments import RegistryEnvs
 
 ADMIN_TOKEN = "unit-test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+AGENT_NAME = "unit-test-agent"
+AGENT_KEY = "unit-test-agent-key"
 SCRIPTED = "test/Scripted-v0"
 
 
@@ -129,16 +135,40 @@ def guessing_script(codec: ChatCodec, seed: int = 0) -> Callable[[Sequence[int]]
 
 
 def settings(tmp_path: Path, **overrides: Any) -> ServerSettings:
+    overrides.setdefault("agents", AgentKeysConfig(keys={AGENT_NAME: AGENT_KEY}))
     return ServerSettings(admin_token=ADMIN_TOKEN, data_dir=tmp_path / "data", **overrides)
 
 
+class AgentAuth(httpx.Auth):
+    """Sends ``key`` on the ``/v1/`` routes unless the request has its own Authorization."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        if request.url.path.startswith("/v1/") and "authorization" not in request.headers:
+            request.headers["Authorization"] = f"Bearer {self.key}"
+        yield request
+
+
 @contextlib.asynccontextmanager
-async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """Run ``app``'s lifespan and yield a client that calls it in-process."""
+async def in_process(
+    app: FastAPI, agent_key: str | None = AGENT_KEY
+) -> AsyncIterator[httpx.AsyncClient]:
+    """Run ``app``'s lifespan and yield a client that calls it in-process as ``agent_key``
+    (None: a client that sends no key)."""
+    auth = AgentAuth(agent_key) if agent_key else None
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://server", auth=auth
+        ) as client:
             yield client
+
+
+def agent_lease(name: str = "agent") -> SessionLease:
+    """A session slot of agent ``name`` (default quota), for calling a SessionManager directly."""
+    return QuotaLedger().open_session(Agent(name, AgentQuota()))
 
 
 def engine_factory(engine: FakeEngine) -> Callable[[Any], FakeEngine]:

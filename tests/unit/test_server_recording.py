@@ -8,6 +8,7 @@ import pytest
 from server_fakes import SCRIPTED, ScriptedEnv, ScriptedEnvs
 
 from rollgym.contract.wire import SamplingSettings, SessionCreate
+from rollgym.server.agent_keys import Agent, AgentQuota, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, SessionConfig
@@ -75,20 +76,23 @@ async def test_a_crashing_env_makes_the_session_invalid_and_the_step_a_4xx(codec
         max_model_len=512,
         default_max_tokens=8,
     )
-    made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0))
+    lease = QuotaLedger().open_session(Agent("agent", AgentQuota()))
+    made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0), lease)
     conversation = [dict(m) for m in made.observation]
     generation = await sessions.generate(
-        made.session_id, conversation, SamplingSettings(max_tokens=8)
+        made.session_id, conversation, SamplingSettings(max_tokens=8), agent="agent"
     )
     answer = codec.decode(generation.token_ids)
-    result = await sessions.step(made.session_id, answer)
+    result = await sessions.step(made.session_id, answer, agent="agent")
     conversation += [{"role": "assistant", "content": answer}, *map(dict, result.observation)]
-    await sessions.generate(made.session_id, conversation, SamplingSettings(max_tokens=8))
+    await sessions.generate(
+        made.session_id, conversation, SamplingSettings(max_tokens=8), agent="agent"
+    )
     with pytest.raises(EnvFailure) as failure:  # the route answers 409 env_failure
-        await sessions.step(made.session_id, answer)
+        await sessions.step(made.session_id, answer, agent="agent")
     assert failure.value.status == 409 and "the user's env has a bug" in str(failure.value)
     with pytest.raises(Conflict):  # the episode is over
-        await sessions.step(made.session_id, answer)
+        await sessions.step(made.session_id, answer, agent="agent")
     closed = await sessions.close(made.session_id)
     assert closed.persisted and not closed.valid
     assert await buffer.count_invalid() == 1 and buffer.depth.total == 0

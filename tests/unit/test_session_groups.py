@@ -11,7 +11,15 @@ import itertools
 
 import gymnasium
 import pytest
-from server_fakes import ADMIN, SCRIPTED, ScriptedEnvs, engine_factory, in_process, settings
+from server_fakes import (
+    ADMIN,
+    SCRIPTED,
+    ScriptedEnvs,
+    agent_lease,
+    engine_factory,
+    in_process,
+    settings,
+)
 
 from rollgym.contract.wire import PullRequest, RolloutStatus, SamplingSettings, SessionCreate
 from rollgym.server.app import create_app
@@ -73,8 +81,10 @@ def sessions(codec, buffer, clock, metrics) -> SessionManager:
 async def _play(sessions: SessionManager, codec: ChatCodec, session_id: str, opening) -> None:
     """One model turn and the step on its answer."""
     messages = [m.model_dump() for m in opening]
-    generation = await sessions.generate(session_id, messages, SamplingSettings(max_tokens=8))
-    await sessions.step(session_id, codec.decode(generation.token_ids))
+    generation = await sessions.generate(
+        session_id, messages, SamplingSettings(max_tokens=8), agent="agent"
+    )
+    await sessions.step(session_id, codec.decode(generation.token_ids), agent="agent")
 
 
 async def _pull(buffer: TrajectoryBuffer):
@@ -89,7 +99,9 @@ def _count(metrics: ServerMetrics, name: str, **labels: str) -> float:
 
 async def test_a_group_is_persisted_once_all_its_sessions_closed(sessions, codec, buffer) -> None:
     made = [
-        await sessions.create(SessionCreate(env_id=SCRIPTED, group_id="mine", group_size=3))
+        await sessions.create(
+            SessionCreate(env_id=SCRIPTED, group_id="mine", group_size=3), agent_lease()
+        )
         for _ in range(3)
     ]
     assert len({m.group_id for m in made}) == 1 and {m.group_size for m in made} == {3}
@@ -114,31 +126,41 @@ async def test_a_group_is_persisted_once_all_its_sessions_closed(sessions, codec
 
 async def test_a_task_key_names_a_group_until_it_is_full(sessions) -> None:
     key = SessionCreate(env_id=SCRIPTED, seed=4, group_size=2)
-    a, b, c = [await sessions.create(key) for _ in range(3)]
+    a, b, c = [await sessions.create(key, agent_lease()) for _ in range(3)]
     assert a.group_id == b.group_id != c.group_id and a.seed == c.seed == 4
-    lone = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=4))
+    lone = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=4), agent_lease())
     assert lone.group_size == 1 and lone.group_id == lone.session_id
 
 
 async def test_a_session_that_does_not_play_its_groups_task_is_refused(sessions) -> None:
-    await sessions.create(SessionCreate(env_id=SCRIPTED, seed=1, group_id="g", group_size=2))
+    await sessions.create(
+        SessionCreate(env_id=SCRIPTED, seed=1, group_id="g", group_size=2), agent_lease()
+    )
     with pytest.raises(Conflict, match="seed=1"):
-        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=2, group_id="g", group_size=2))
+        await sessions.create(
+            SessionCreate(env_id=SCRIPTED, seed=2, group_id="g", group_size=2), agent_lease()
+        )
     with pytest.raises(Conflict, match="group_size=2"):
-        await sessions.create(SessionCreate(env_id=SCRIPTED, group_id="g", group_size=3))
-    joined = await sessions.create(SessionCreate(env_id=SCRIPTED, group_id="g", group_size=2))
+        await sessions.create(
+            SessionCreate(env_id=SCRIPTED, group_id="g", group_size=3), agent_lease()
+        )
+    joined = await sessions.create(
+        SessionCreate(env_id=SCRIPTED, group_id="g", group_size=2), agent_lease()
+    )
     assert joined.seed == 1
     with pytest.raises(ValueError, match="group_id or a seed"):
         SessionCreate(env_id=SCRIPTED, group_size=2)
     with pytest.raises(BadRequest, match="could never fill"):  # max_sessions: 256
-        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=1, group_size=257))
+        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=1, group_size=257), agent_lease())
 
 
 async def test_past_the_timeout_a_group_keeps_its_valid_episodes_if_two(
     sessions, codec, buffer, clock, metrics
 ) -> None:
     made = [
-        await sessions.create(SessionCreate(env_id=SCRIPTED, group_id="t", group_size=4))
+        await sessions.create(
+            SessionCreate(env_id=SCRIPTED, group_id="t", group_size=4), agent_lease()
+        )
         for _ in range(3)  # the fourth never comes
     ]
     for m in made:
@@ -156,7 +178,9 @@ async def test_past_the_timeout_a_group_keeps_its_valid_episodes_if_two(
     assert len(sessions) == 0
     assert _count(metrics, "rollgym_session_groups_total", outcome="kept") == 1
     # the name is free again: a session with it opens a new group
-    again = await sessions.create(SessionCreate(env_id=SCRIPTED, group_id="t", group_size=4))
+    again = await sessions.create(
+        SessionCreate(env_id=SCRIPTED, group_id="t", group_size=4), agent_lease()
+    )
     assert again.group_id != group.group_id
 
 
@@ -164,7 +188,7 @@ async def test_past_the_timeout_a_group_with_one_valid_episode_is_set_aside(
     sessions, codec, buffer, clock, metrics
 ) -> None:
     made = [
-        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0, group_size=3))
+        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0, group_size=3), agent_lease())
         for _ in range(2)
     ]
     await _play(sessions, codec, made[0].session_id, made[0].observation)
@@ -182,17 +206,17 @@ async def test_past_the_timeout_a_group_with_one_valid_episode_is_set_aside(
 async def test_a_full_window_refuses_new_groups_but_not_their_members(sessions, codec) -> None:
     """Window of 4 groups (max_staleness 0, 4 per batch), counting groups not settled."""
     group = SessionCreate(env_id=SCRIPTED, group_id="g", group_size=2)
-    first = await sessions.create(group)
+    first = await sessions.create(group, agent_lease())
     for _ in range(3):
-        await sessions.create(SessionCreate(env_id=SCRIPTED))
+        await sessions.create(SessionCreate(env_id=SCRIPTED), agent_lease())
     with pytest.raises(WindowFull) as full:
-        await sessions.create(SessionCreate(env_id=SCRIPTED))
+        await sessions.create(SessionCreate(env_id=SCRIPTED), agent_lease())
     assert full.value.status == 429 and full.value.headers() == {"Retry-After": "5"}
-    second = await sessions.create(group)  # its group is admitted already
+    second = await sessions.create(group, agent_lease())  # its group is admitted already
     assert second.group_id == first.group_id
     await sessions.close(first.session_id)  # no model turn: nothing to persist...
     await sessions.close(second.session_id)  # ...the group settles and frees its place
-    await sessions.create(SessionCreate(env_id=SCRIPTED))
+    await sessions.create(SessionCreate(env_id=SCRIPTED), agent_lease())
 
 
 async def test_a_failed_reset_gives_the_groups_place_back(codec, buffer) -> None:
@@ -210,7 +234,7 @@ async def test_a_failed_reset_gives_the_groups_place_back(codec, buffer) -> None
     grouped = SessionCreate(env_id=SCRIPTED, group_id="g", group_size=2)
     for request in (grouped, SessionCreate(env_id=SCRIPTED)):  # not a WindowFull the 2nd time
         with pytest.raises(Conflict, match="failed to reset"):
-            await sessions.create(request)
+            await sessions.create(request, agent_lease())
 
 
 async def test_an_env_that_fails_to_close_still_ends_its_session_and_group(codec, buffer) -> None:
@@ -226,7 +250,7 @@ async def test_an_env_that_fails_to_close_still_ends_its_session_and_group(codec
         default_max_tokens=8,
     )
     made = [
-        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0, group_size=2))
+        await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0, group_size=2), agent_lease())
         for _ in range(2)
     ]
     for m in made:

@@ -14,7 +14,7 @@ import itertools
 from pathlib import Path
 
 import torch
-from server_fakes import SCRIPTED, ScriptedEnvs
+from server_fakes import SCRIPTED, ScriptedEnvs, agent_lease
 from trainer_fakes import FakeServer
 
 from rollgym.contract.wire import PullRequest, SamplingSettings, SessionCreate, TrajectoryGroup
@@ -50,12 +50,12 @@ async def _session_group(codec: ChatCodec, path: Path) -> TrajectoryGroup:
         )
         request = SessionCreate(env_id=SCRIPTED, seed=3, group_size=GROUP)
         for _ in range(GROUP):
-            made = await sessions.create(request)
+            made = await sessions.create(request, agent_lease())
             messages = [m.model_dump() for m in made.observation]
             generation = await sessions.generate(
-                made.session_id, messages, SamplingSettings(max_tokens=8)
+                made.session_id, messages, SamplingSettings(max_tokens=8), agent="agent"
             )
-            await sessions.step(made.session_id, codec.decode(generation.token_ids))
+            await sessions.step(made.session_id, codec.decode(generation.token_ids), agent="agent")
             await sessions.close(made.session_id)
         pull = PullRequest(trainer_version=0, max_staleness=0, num_groups=1, timeout_s=0)
         response, _ = await buffer.pull(pull, policy_version=0)
