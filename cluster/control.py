@@ -188,8 +188,13 @@ class ControlPlane:
         if slot.state in (SlotState.RECOVERING, SlotState.FAILED):
             return
         lost = self.fleet.sessions.lose(slot.name)
+        groups = self.fleet.groups.lose(slot.name)
         logger.warning(
-            "server %s leaves the rotation (%s); %d sessions lost", slot.name, reason, lost
+            "server %s leaves the rotation (%s); %d sessions and %d filling groups lost",
+            slot.name,
+            reason,
+            lost,
+            groups,
         )
         slot.state = SlotState.RECOVERING
         slot.reason = reason

@@ -16,7 +16,7 @@ import enum
 import itertools
 
 from rollgym.cluster.errors import NoServer
-from rollgym.cluster.routing import SessionTable, least_loaded
+from rollgym.cluster.routing import GroupTable, SessionTable, least_loaded
 from rollgym.cluster.servers import ServerAPI
 
 
@@ -50,11 +50,12 @@ class Slot:
 
 
 class Fleet:
-    """The slots, the session table, and the least-loaded pick over the rotation."""
+    """The slots, the session and group tables, and the least-loaded pick over the rotation."""
 
     def __init__(self, size: int):
         self.slots = [Slot(i) for i in range(size)]
         self.sessions = SessionTable()
+        self.groups = GroupTable()
         self._turns = itertools.count()
 
     def by_name(self, name: str) -> Slot:

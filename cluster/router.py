@@ -5,7 +5,7 @@ Agents, the trainer and the dashboard use it exactly as they use ``rollgym serve
 
 | route | goes to |
 |---|---|
-| ``POST /v1/sessions`` | the least-loaded server; the router remembers where the session lives |
+| ``POST /v1/sessions`` | the least-loaded server, or its group's; the router remembers which |
 | ``/v1/sessions/{id}/...``, a chat call with a session | the server that holds the session |
 | ``/v1/chat/completions``, ``/v1/completions`` without one | the least-loaded server |
 | ``/health``, ``/v1/policy`` | answered here, with the cluster's version |
@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +35,7 @@ import orjson
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rollgym.cluster.aggregate import merge_dashboards, relabel
@@ -69,9 +70,11 @@ from rollgym.contract.wire import (
     PullResponse,
     RolloutJob,
     RolloutStatus,
+    SessionCreate,
     WeightsFromPath,
     WeightUpdateResult,
 )
+from rollgym.server.session_groups import group_name
 
 SERVER_HEADER = "X-Rollgym-Server"
 MAX_WEIGHT_BYTES = 16 << 30
@@ -230,12 +233,47 @@ async def models(request: Request) -> Response:
 
 async def create_session(request: Request) -> Response:
     cluster = get_cluster(request)
-    slot = cluster.control.fleet.pick()
+    group = _group_named(await request.body())
+    fleet = cluster.control.fleet
+    slot = fleet.pick() if group is None else _group_slot(cluster, *group)
     response = await forward(cluster, slot, request, "session_create")
     if response.status_code == 201:
         session_id = orjson.loads(response.body)["session_id"]
-        cluster.control.fleet.sessions.bind(session_id, slot.name)
+        fleet.sessions.bind(session_id, slot.name)
+        if group is not None:
+            fleet.groups.arrived(group[0])
     return response
+
+
+def _group_named(body: bytes) -> tuple[Hashable, int] | None:
+    """The group a session-create body names and its size; None for a lone session, and
+    for a body the server will refuse (it is forwarded as it came: the server's 4xx)."""
+    try:
+        request = SessionCreate.model_validate_json(body)
+    except ValidationError:
+        return None
+    name = group_name(request)
+    if name is None or request.group_size is None:
+        return None
+    return name, request.group_size
+
+
+def _group_slot(cluster: Cluster, name: Hashable, size: int) -> Slot:
+    """The server of the group's first member; a first member takes the least-loaded."""
+    fleet = cluster.control.fleet
+    place = fleet.groups.find(name)
+    if place is None:
+        slot = fleet.pick()
+        fleet.groups.reserve(name, slot.name, size)
+        return slot
+    slot = fleet.by_name(place.server)
+    if place.owner is Owner.LOST or not slot.serving:
+        fleet.groups.arrived(name)  # a turned-away member counts: G of them free the name
+        raise ServerLost(
+            f"this session's group has members on server {place.server}, which was lost: "
+            "the group cannot fill; start a new group (another group_id or seed)"
+        )
+    return slot
 
 
 async def step_session(request: Request) -> Response:

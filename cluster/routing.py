@@ -4,6 +4,12 @@
   transcript and its KV/prefix cache are there), so every later call of the session goes
   to that server. When that server dies, the session is gone with it: its calls get a
   clear ``server_lost`` error, never a silent hop to another server that does not know it.
+* **Groups on one server.** The G sessions of a session group (named by the agent's
+  ``group_id`` or by its task key) go where its first member went: the server assembles
+  the group, so members elsewhere would each open a group that never fills. The router
+  remembers the group until G members came, then forgets it (the name is free again, as
+  on the server). If that server dies, the group cannot fill: its later members get
+  ``server_lost`` until G have come.
 * **Least-loaded new work.** A new session, or an OpenAI call without a session, goes to
   the server in rotation with the least load (open sessions + calls in flight through the
   router + episodes its rollout job is running); ties go round, so equal servers take
@@ -19,7 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 
 def least_loaded(loads: Mapping[str, int], turn: int = 0) -> str | None:
@@ -133,3 +139,63 @@ class SessionTable:
         lost = [sid for sid, p in self._places.items() if p.owner is Owner.LOST]
         for sid in lost[: max(len(lost) - self._max_lost, 0)]:
             del self._places[sid]
+
+
+@dataclasses.dataclass
+class GroupPlace:
+    """Where a session group still filling lives, and how many of its members came."""
+
+    server: str
+    size: int
+    came: int = 0  # members created there, or turned away because the server was lost
+    owner: Owner = Owner.SERVING
+
+
+class GroupTable:
+    """Which server assembles each session group still filling (see the module docstring).
+
+    >>> table = GroupTable()
+    >>> table.reserve("g", "s1", size=2); table.arrived("g"); table.find("g").server
+    's1'
+    >>> table.arrived("g"); table.find("g") is None  # all 2 came: forgotten
+    True
+    >>> table.reserve("h", "s0", size=3); table.reserve("k", "s0", size=2); table.arrived("h")
+    >>> table.lose("s0"), table.find("h").owner, table.find("k")  # k had no member there yet
+    (1, <Owner.LOST: 'lost'>, None)
+    """
+
+    def __init__(self, max_groups: int = 100_000):
+        self._places: dict[Hashable, GroupPlace] = {}
+        self._max_groups = max_groups
+
+    def find(self, name: Hashable) -> GroupPlace | None:
+        return self._places.get(name)
+
+    def reserve(self, name: Hashable, server: str, size: int) -> None:
+        """Send the group's members to ``server`` (where its first member goes)."""
+        self._places[name] = GroupPlace(server, size)
+        if len(self._places) > self._max_groups:  # groups never filled: bound the memory
+            del self._places[next(iter(self._places))]
+
+    def arrived(self, name: Hashable) -> None:
+        """One more member came; once all ``size`` have, the group is forgotten."""
+        place = self._places.get(name)
+        if place is None:
+            return
+        place.came += 1
+        if place.came >= place.size:
+            del self._places[name]
+
+    def lose(self, server: str) -> int:
+        """``server`` died: its groups with members are lost (returns how many); groups
+        that had none there yet are forgotten, so their first member goes elsewhere."""
+        lost = 0
+        for name, place in list(self._places.items()):
+            if place.server != server or place.owner is Owner.LOST:
+                continue
+            if place.came == 0:
+                del self._places[name]
+            else:
+                place.owner = Owner.LOST
+                lost += 1
+        return lost

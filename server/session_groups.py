@@ -85,12 +85,12 @@ class GroupBook:
 
     def opens_group(self, request: SessionCreate) -> bool:
         """Whether a session made from ``request`` would open a new group."""
-        name = _name(request)
+        name = group_name(request)
         return name is None or name not in self._named
 
     def join(self, request: SessionCreate, session_id: str, now: float) -> SessionGroup:
         """Put a new session in its group (made here if new); ``Conflict`` on a mismatch."""
-        name = _name(request)
+        name = group_name(request)
         group = self._named.get(name) if name is not None else None
         if group is None:
             group = self._open(request, session_id, name, now)
@@ -177,8 +177,11 @@ class GroupBook:
         return Settlement(group, None, invalid, aside)
 
 
-def _name(request: SessionCreate) -> Hashable | None:
-    """What names the request's group: the agent's id, else the task key (None: lone)."""
+def group_name(request: SessionCreate) -> Hashable | None:
+    """What names the request's group: the agent's id, else the task key (None: lone).
+
+    The cluster router keys its placement by it too, so that a group's members meet on
+    one server: one rule for both."""
     if request.group_size is None:
         return None
     if request.group_id is not None:

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 from cluster_fakes import ADMIN, FakeSupervisor, config
 from fastapi import FastAPI
 
@@ -88,3 +89,64 @@ async def test_metrics_label_every_server_after_the_routers_own(tmp_path) -> Non
         text = (await client.get("/metrics")).text
         assert "rollgym_cluster_policy_version 0.0" in text
         assert 'rollgym_up{server="s0"} 1.0' in text and 'rollgym_up{server="s1"} 1.0' in text
+
+
+async def homes(client: httpx.AsyncClient, bodies: list[dict[str, object]]) -> list[str]:
+    """Open a session per body, one after another; the server each landed on."""
+    made = [await client.post("/v1/sessions", json=body) for body in bodies]
+    assert [r.status_code for r in made] == [201] * len(bodies)
+    return [r.headers[SERVER_HEADER] for r in made]
+
+
+@pytest.mark.parametrize("servers", [2, 3])
+async def test_a_groups_members_join_its_first_member_on_one_server(tmp_path, servers) -> None:
+    async with router(tmp_path, servers) as (client, _, _app):
+        member = {"env_id": "e", "group_id": "g", "group_size": 3}
+        assert await homes(client, [member] * 3) == ["s0"] * 3
+        # all 3 came: the name is free again, and the next group with it goes least-loaded
+        assert await homes(client, [member]) != ["s0"]
+
+
+async def test_groups_named_by_their_task_key_stay_together_and_groups_spread(tmp_path) -> None:
+    async with router(tmp_path) as (client, _, _app):
+        a = {"env_id": "e", "seed": 7, "group_size": 2}
+        b = {"env_id": "e", "seed": 8, "group_size": 2}
+        c = {"env_id": "e", "group_id": "c", "group_size": 2}
+        d = {"env_id": "e", "group_id": "d", "group_size": 2}
+        assert await homes(client, [a, b, a, b]) == ["s0", "s1", "s0", "s1"]
+        assert await homes(client, [c, d, d, c]) == ["s0", "s1", "s1", "s0"]
+
+
+async def test_a_group_whose_server_was_lost_refuses_its_later_members(tmp_path) -> None:
+    async with router(tmp_path) as (client, supervisor, _app):
+        member = {"env_id": "e", "group_id": "g", "group_size": 3}
+        first = await client.post("/v1/sessions", json=member)
+        home = first.headers[SERVER_HEADER]
+        supervisor.kill(int(home[1]))
+        session_id = first.json()["session_id"]
+        await client.post(f"/v1/sessions/{session_id}/step", json={"action": "x"})  # evicts it
+        for _ in range(2):
+            refused = await client.post("/v1/sessions", json=member)
+            assert refused.status_code == 503 and refused.json()["error"] == "server_lost"
+            assert "start a new group" in refused.json()["message"]
+        # 3 came (1 made, 2 refused): the name is free, and a new group opens where it can
+        assert (await client.post("/v1/sessions", json=member)).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'{"group_size": 2}',
+        b'{"env_id": "e", "group_id": "g", "group_size": "many"}',
+        b"\xff\xfe",
+    ],
+)
+async def test_a_body_the_server_will_refuse_is_forwarded_as_it_came(tmp_path, body) -> None:
+    async with router(tmp_path) as (client, supervisor, _app):
+        answer = await client.post(
+            "/v1/sessions", content=body, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 201 and answer.headers[SERVER_HEADER] == "s0"
+        assert "POST /v1/sessions" in supervisor.servers[0].calls

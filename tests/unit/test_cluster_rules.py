@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from rollgym.cluster.routing import (
+    GroupTable,
     Owner,
     SessionTable,
     least_loaded,
@@ -65,6 +66,27 @@ def test_session_table_counts_open_sessions_and_remembers_lost_ones() -> None:
     assert place is not None and place.owner is Owner.LOST
     table.bind("a1", "s1")  # a re-bound id counts once, on its new server
     assert table.open_on("s1") == 2
+
+
+def test_group_table_keeps_a_lost_group_until_all_its_members_came() -> None:
+    table = GroupTable()
+    table.reserve("g", "s0", size=3)
+    table.arrived("g")
+    assert table.lose("s0") == 1 and table.lose("s0") == 0  # lost once
+    table.arrived("g")
+    place = table.find("g")
+    assert place is not None and (place.owner, place.came) == (Owner.LOST, 2)
+    table.arrived("g")
+    assert table.find("g") is None
+    table.arrived("g")  # a member past G: nothing to count
+    assert table.find("g") is None
+
+
+def test_group_table_forgets_its_oldest_group_past_its_bound() -> None:
+    table = GroupTable(max_groups=2)
+    for name in ("a", "b", "c"):
+        table.reserve(name, "s0", size=2)
+    assert [table.find(n) is not None for n in ("a", "b", "c")] == [False, True, True]
 
 
 def test_an_update_counts_when_every_server_applied_it() -> None:
