@@ -151,6 +151,11 @@ def test_sessions_stay_on_the_server_that_holds_them(cluster) -> None:
 
 def test_sigkill_of_a_server_during_a_rollout(client, cluster, docker_client) -> None:
     http = httpx.Client(base_url=cluster.url, headers=AGENT, timeout=60)
+    sessions = {}  # opened first: a session takes window budget, refused once buffers are full
+    while "s1" not in sessions.values() or "s0" not in sessions.values():
+        made = http.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0"})
+        assert made.status_code == 201, made.text
+        sessions[made.json()["session_id"]] = made.headers["X-Rollgym-Server"]
     client.start_rollouts(job())  # nobody pulls: both buffers fill up to their share
     until(
         lambda: min(per_server(cluster, "rollgym_buffer_groups", state="ready").values(), default=0)
@@ -158,10 +163,6 @@ def test_sigkill_of_a_server_during_a_rollout(client, cluster, docker_client) ->
         600, "groups in both buffers",
     )  # fmt: skip
     victim = next(s for s in status(cluster).servers if s.name == "s1")
-    sessions = {}
-    while "s1" not in sessions.values() or "s0" not in sessions.values():
-        made = http.post("/v1/sessions", json={"env_id": "rollgym/GuessNumber-v0"})
-        sessions[made.json()["session_id"]] = made.headers["X-Rollgym-Server"]
     client.stop_rollouts()
     ready_before = per_server(cluster, "rollgym_buffer_groups", state="ready")["s1"]
     version = client.policy_version()

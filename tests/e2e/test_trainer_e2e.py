@@ -7,6 +7,7 @@ trainer's checkpointed model assigns to the same tokens.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from rollgym.trainer.weights import WeightPusher
 
 GROUP_SIZE, GROUPS = 4, 2
 MODEL = "rollgym-tiny"
+AGENT_KEY = "e2e-agent-key-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,11 @@ def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
         model_dir=default_model_dir,
         data_dir=root / "server",
         threads=1,
-        settings={"ROLLGYM_BUFFER__LEASE_TIMEOUT_S": "5", "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024"},
+        settings={
+            "ROLLGYM_BUFFER__LEASE_TIMEOUT_S": "5",
+            "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
+            "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),
+        },
     ) as process:
         yield process
 
@@ -175,7 +181,8 @@ def test_grouped_sessions_reach_a_grpo_step(
         trainer_version=client.policy_version(), max_staleness=8, num_groups=64, timeout_s=0
     )
     client.ack([g.group_id for g in client.pull(left_over).groups])  # earlier tests' groups
-    with httpx.Client(base_url=server.url, timeout=60) as http:
+    agent = {"Authorization": f"Bearer {AGENT_KEY}"}
+    with httpx.Client(base_url=server.url, headers=agent, timeout=60) as http:
         closed = [c for seed in range(GROUPS) for c in _play_session_group(http, seed)]
     lasts = closed[GROUP_SIZE - 1 :: GROUP_SIZE]
     assert all(c.persisted and c.group_pending == 0 for c in lasts)
