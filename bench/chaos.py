@@ -7,8 +7,12 @@ trainer runs ``--steps`` GRPO steps on GuessNumber; once it has logged
 ``--kill-server-at`` steps the server is killed (SIGKILL to it and its engine process) and
 started again on the same data dir and port: it must come back at its last applied
 version on those weights, with its rollout job, while the trainer waits and reconnects.
-Once the trainer has logged ``--kill-trainer-at`` steps it is killed the same way and
-started again: it resumes from its last checkpoint. Then the run finishes, and the table
+Once the trainer has checkpointed ``--kill-trainer-at`` steps it is killed the same way and
+started again: it resumes from that checkpoint. (A kill between a step's weight push and
+its checkpoint resumes one step back: the restored weights are pushed as a new version, and
+groups sampled from the lost step's weights may fall out of the window, dropped and
+counted. Waiting for the checkpoint makes that rare, not impossible: the next step may
+push before the kill lands; the versions table tells the two cases apart.) Then the run finishes, and the table
 counts, from the server's buffer and the trainer's checkpoints (one per step, all kept):
 
 * groups **acked** by the server, and **trained** (in a committed step's checkpoint);
@@ -32,7 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-GROUP_SIZE, GROUPS_PER_STEP = 4, 2
+GROUP_SIZE, GROUPS_PER_STEP, MAX_STALENESS = 4, 2, 2
 
 
 @dataclasses.dataclass
@@ -83,9 +87,10 @@ def run(
         server.kill()
         server.start()
         versions["server after its restart"] = _version(server)
-        _wait_for_step(out, kill_trainer_at, trainer)
+        _wait_for_checkpoint(out, kill_trainer_at, trainer)
         versions["server at the trainer's kill"] = _version(server)
         _kill(trainer)
+        versions["trainer's checkpoint at its kill"] = _checkpoint_version(out)
         trainer = _start_trainer(server, model_dir, out, steps)
         if trainer.wait(timeout=1800) != 0:
             raise RuntimeError(f"the trainer failed: see {out / 'trainer.log'}")
@@ -114,6 +119,23 @@ def _wait_for_step(out: Path, step: int, trainer: subprocess.Popen[bytes]) -> No
         if trainer.poll() is not None:
             raise RuntimeError(f"the trainer exited early: see {out / 'trainer.log'}")
         time.sleep(0.2)
+
+
+def _wait_for_checkpoint(out: Path, step: int, trainer: subprocess.Popen[bytes]) -> None:
+    from rollgym.trainer.checkpoint import latest_checkpoint, read_state
+
+    while (last := latest_checkpoint(out)) is None or read_state(last).step < step:
+        if trainer.poll() is not None:
+            raise RuntimeError(f"the trainer exited early: see {out / 'trainer.log'}")
+        time.sleep(0.2)
+
+
+def _checkpoint_version(out: Path) -> int:
+    from rollgym.trainer.checkpoint import latest_checkpoint, read_state
+
+    last = latest_checkpoint(out)
+    assert last is not None
+    return read_state(last).policy_version
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -169,7 +191,7 @@ def _train(args: argparse.Namespace) -> None:
         env_kwargs={"low": 1, "high": 8},
         group_size=GROUP_SIZE,
         groups_per_batch=GROUPS_PER_STEP,
-        max_staleness=2,
+        max_staleness=MAX_STALENESS,
         max_turns=2,
         sampling=SamplingSettings(temperature=1.0, max_tokens=4),
         drop_zero_variance=False,
@@ -178,7 +200,7 @@ def _train(args: argparse.Namespace) -> None:
         output_dir=args.out,
         group_size=GROUP_SIZE,
         groups_per_batch=GROUPS_PER_STEP,
-        max_staleness=2,
+        max_staleness=MAX_STALENESS,
         total_steps=args.steps,
         learning_rate=1e-4,
         keep_checkpoints=args.steps + 1,  # every step's ledger stays, to be counted

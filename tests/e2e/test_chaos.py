@@ -3,7 +3,7 @@ no acked group is lost, none is trained twice, the version never goes back."""
 
 from __future__ import annotations
 
-from bench.chaos import run
+from bench.chaos import GROUP_SIZE, GROUPS_PER_STEP, MAX_STALENESS, run
 
 
 def test_kill_9_of_either_side_loses_nothing_and_trains_nothing_twice(
@@ -16,5 +16,12 @@ def test_kill_9_of_either_side_loses_nothing_and_trains_nothing_twice(
     assert report.acked >= report.trained == 6 * 2  # every step's groups, trained once
     assert report.versions["server after its restart"] == report.versions["server before its kill"]
     assert report.monotone
-    # groups buffered before the restarts were trained, not dropped as stale
-    assert report.dropped["stale_server"] == report.dropped["stale_trainer"] == 0
+    stale = report.dropped["stale_server"] + report.dropped["stale_trainer"]
+    if (
+        report.versions["trainer's checkpoint at its kill"]
+        == report.versions["server at the trainer's kill"]
+    ):
+        assert stale == 0  # nothing re-pushed: groups buffered across both restarts stayed fresh
+    else:  # killed between a push and its checkpoint: the restored weights went out anew,
+        # and at most one window of groups sampled from the lost step fell out, counted
+        assert stale <= (MAX_STALENESS + 1) * GROUPS_PER_STEP * GROUP_SIZE
