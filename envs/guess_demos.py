@@ -33,6 +33,7 @@ from rollgym.envs.messages import Message, assistant
 GUESS_NUMBER_ID = "rollgym/GuessNumber-v0"
 _HIGHER, _LOWER = FEEDBACK["higher"], FEEDBACK["lower"]
 NoiseStyle = Literal["random", "lowest"]
+DrillTurns = Literal["last", "later"]
 
 
 class GuessPolicy:
@@ -117,31 +118,37 @@ def drills(
     high: int = 16,
     max_turns: int = 6,
     env_kwargs: Mapping[str, Any] | None = None,
+    turns: DrillTurns = "last",
 ) -> list[list[dict[str, Any]]]:
-    """``n`` conversations that teach the last turn only, from any position.
+    """``n`` conversations that teach late turns only, from any position.
 
-    ``max_turns - 1`` guesses drawn anywhere in the range, each marked ``weight`` 0 (OpenAI's
-    flag: context, not trained on), then the oracle's guess in whatever range they left
-    open. Whole games reach the late positions of binary search rarely (a position after two
-    good guesses is ~1% of them), and a small model fitted on them reads the range there
-    poorly; drills show every such position without teaching the early guesses. A game a
-    random guess wins early teaches nothing and is skipped.
+    Some guesses drawn anywhere in the range, each marked ``weight`` 0 (OpenAI's flag:
+    context, not trained on), then the oracle's guesses, trained, in whatever range they
+    left open. ``turns="last"``: ``max_turns - 1`` random guesses, so only the last turn is
+    taught; ``"later"``: 1 to ``max_turns - 1`` of them (uniformly), so every turn but the
+    first is. Whole games reach the late positions of binary search rarely (a position
+    after two good guesses is ~1% of them), and a small model fitted on them reads the
+    range there poorly; drills show every such position without teaching the opening. A
+    game a random guess wins before the oracle's turn teaches nothing and is skipped.
     """
+    if turns not in ("last", "later"):
+        raise ValueError(f"turns must be 'last' or 'later', got {turns!r}")
     oracle, rng = GuessPolicy(low, high), random.Random(seed)
-
-    def guess(history: Sequence[Message], turn: int) -> str:
-        return oracle(history) if turn == max_turns - 1 else str(rng.randint(low, high))
-
     env = _env(low, high, max_turns, env_kwargs)
     out: list[list[dict[str, Any]]] = []
     try:
         for game_seed in itertools.count(seed):
             if len(out) == n:
                 break
+            random_turns = max_turns - 1 if turns == "last" else rng.randint(1, max_turns - 1)
+
+            def guess(history: Sequence[Message], turn: int, k: int = random_turns) -> str:
+                return oracle(history) if turn >= k else str(rng.randint(low, high))
+
             history = _play(env, game_seed, guess)
             moves = [i for i, m in enumerate(history) if m["role"] == "assistant"]
-            if len(moves) == max_turns:  # the trained turn was reached
-                early = set(moves[:-1])
+            if len(moves) > random_turns:  # a trained turn was reached
+                early = set(moves[:random_turns])
                 out.append(
                     [_untrained(m) if i in early else dict(m) for i, m in enumerate(history)]
                 )

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
-from rollgym.envs.guess_demos import NoiseStyle
+from rollgym.envs.guess_demos import DrillTurns, NoiseStyle
 from rollgym.server.chat import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
@@ -58,6 +58,9 @@ class WarmStartConfig(BaseModel):
         ge=0,
         description="conversations that train the last turn only, after untrained random "
         "guesses (guess_demos.drills): every late position seen, none of the early play taught",
+    )
+    drill_turns: DrillTurns = Field(
+        "later", description="the turns drills teach: every one after the first, or the last only"
     )
     low: int = 1
     high: int = 8
@@ -125,7 +128,9 @@ def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
     conversations += demonstrations(
         imperfect, seed=seed + oracle, noise=config.noise, style=config.noise_style, **game
     )
-    conversations += drills(config.drill_episodes, seed=seed + oracle + imperfect, **game)
+    conversations += drills(
+        config.drill_episodes, seed=seed + oracle + imperfect, turns=config.drill_turns, **game
+    )
     records = [chat_record(conversation) for conversation in conversations]
     if config.demonstrations is not None:
         records += read_jsonl(config.demonstrations)

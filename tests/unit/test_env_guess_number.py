@@ -224,3 +224,21 @@ def test_drills_train_the_last_turn_only_from_any_position() -> None:
     # the untrained guesses are spread over the whole range, not only the open one
     first = {c[2]["content"] for c in conversations}
     assert first == {str(n) for n in range(1, 9)}
+
+
+def test_later_drills_train_every_turn_after_a_random_opening() -> None:
+    game = {"low": 1, "high": 8, "max_turns": 3, "env_kwargs": {"feedback": "range"}}
+    conversations = drills(60, seed=2, turns="later", **game)
+    assert conversations == drills(60, seed=2, turns="later", **game) and len(conversations) == 60
+    oracle, depths = GuessPolicy(1, 8), set()
+    for conversation in conversations:
+        moves = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+        weights = [conversation[i].get("weight") for i in moves]
+        untrained = weights.count(0)
+        depths.add(untrained)
+        assert weights == [0] * untrained + [None] * (len(moves) - untrained)  # a prefix only
+        for i in moves[untrained:]:  # every trained turn is the oracle's
+            assert conversation[i]["content"] == oracle(conversation[:i])
+    assert depths == {1, 2}  # the second turn is drilled too, not only the last
+    with pytest.raises(ValueError, match="turns must be"):
+        drills(1, turns="first", **game)  # type: ignore[arg-type]
