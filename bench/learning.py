@@ -1,10 +1,12 @@
 """Does the built-in RL run learn, in every run? Held-out success: RL policy vs warm start.
 
     .venv/bin/python -m bench.learning [--runs 5] [--episodes 200] [--run-dir .data/bench-learning]
+                                       [--config recipe.json]
 
 Runs the built-in default pipeline (``rollgym run``'s config: SFT warm start, GRPO against
 the real server) ``--runs`` times with seeds 0, 1, ... (``rollgym run --seed``: every
-random source of training changes; the held-out seeds do not), each in a fresh run dir,
+random source of training changes; the held-out seeds do not), each in a fresh run dir
+(``--config``: a JSON of ``RunConfig`` fields over the built-in ones, to compare a recipe),
 and prints per run the warm start's and the RL policy's success on the same held-out
 seeds with 95% Wilson intervals, their difference with a 95% Newcombe interval, and the
 wall time; then the median and range of the differences against the targets: every run
@@ -14,6 +16,7 @@ at least +20 points, the median at least +30, each run at most 12 minutes.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -46,16 +49,21 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--episodes", type=int, default=200, help="held-out episodes per policy")
     parser.add_argument("--run-dir", type=Path, default=Path(".data/bench-learning"))
+    parser.add_argument("--config", type=Path, help="JSON of RunConfig fields over the built-in")
     args = parser.parse_args()
 
     from rollgym.run.pipeline import RunConfig, run_default
+    from rollgym.run.presets import merged
     from rollgym.trainer.config import parse_config
+
+    recipe = json.loads(args.config.read_text()) if args.config else {}
 
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.runs):
         run_dir = args.run_dir / f"seed-{seed}"
         shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, never a resumed one
-        config = parse_config(RunConfig, run_dir=run_dir, eval_episodes=args.episodes, seed=seed)
+        values = merged(recipe, {"run_dir": run_dir, "eval_episodes": args.episodes, "seed": seed})
+        config = parse_config(RunConfig, **values)
         load_before = os.getloadavg()[0]
         report = run_default(config)
         assert report.warm_start is not None and report.final is not None
@@ -68,22 +76,25 @@ def _print_table(config: RunConfig, rows: list[tuple[int, RunReport, float, floa
     print(f"\nGuessNumber {config.task.env_kwargs}, {config.task.max_turns} turns, ", end="")
     print(f"{config.trainer.total_steps} GRPO steps, held-out seeds (success, 95% CI)")
     print(
-        f"{'seed':>4}{'warm start':>24}{'after RL':>24}{'difference (95% CI)':>26}"
-        f"{'alarms':>8}{'wall':>9}{'load':>11}"
+        f"{'seed':>4}{'warm start':>24}{'after RL (last)':>24}{'best (online)':>24}"
+        f"{'last - warm (95% CI)':>26}{'rollbacks':>10}{'alarms':>8}{'wall':>9}{'load':>11}"
     )
     for seed, report, load_before, load_after in rows:
         warm, final = report.warm_start, report.final
         assert warm is not None and final is not None
         low, high = difference_interval(warm, final)
         diff = f"{100 * (final.rate - warm.rate):+.1f} ({100 * low:+.1f}, {100 * high:+.1f})"
+        rollbacks = sum(point.rolled_back for point in report.train.online_eval)
         print(
-            f"{seed:>4}{_rate(warm):>24}{_rate(final):>24}{diff:>26}"
-            f"{len(report.alarm_crossings):>8}{report.wall_s / 60:>7.1f}m"
+            f"{seed:>4}{_rate(warm):>24}{_rate(final):>24}{_rate(report.best):>24}{diff:>26}"
+            f"{rollbacks:>10}{len(report.alarm_crossings):>8}{report.wall_s / 60:>7.1f}m"
             f"{load_before:>5.1f}-{load_after:<5.1f}"
         )
 
 
-def _rate(rate: SuccessRate) -> str:
+def _rate(rate: SuccessRate | None) -> str:
+    if rate is None:
+        return "-"
     return f"{100 * rate.rate:.1f}% ({100 * rate.low:.1f}-{100 * rate.high:.1f})"
 
 

@@ -37,7 +37,13 @@ from rollgym.run.server_process import ServerProcess
 from rollgym.run.warmstart import BUILT_IN_RULES, WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import AlarmBounds, ClientConfig, TrainerConfig
+from rollgym.trainer.config import (
+    AlarmBounds,
+    ClientConfig,
+    GuardConfig,
+    OnlineEvalConfig,
+    TrainerConfig,
+)
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
 from rollgym.trainer.loop import TrainResult, train
@@ -68,6 +74,9 @@ def _default_trainer() -> TrainerConfig:
         learning_rate=2e-4,
         checkpoint_every=1,
         alarms=AlarmBounds(max_entropy=1.5),  # the warm start's is ~0.35 (docs/training.md)
+        # 128 seeds: a 95% interval of about +-8 points, inside the guard's 15-point margin
+        online_eval=OnlineEvalConfig(every=20, episodes=128),
+        guard=GuardConfig(margin=0.15),
     )
 
 

@@ -34,6 +34,7 @@ def _small_config(run_dir: Path) -> dict[str, object]:
             "total_steps": STEPS,
             "max_staleness": 1,
             "online_eval": {"every": 2, "episodes": 8},
+            "guard": None,  # 8 episodes swing by more than its margin (tests/unit has its rule)
         },
         "eval_episodes": 8,
     }
