@@ -2,6 +2,8 @@
 
 * ``ScriptedEnv``: a chat env whose rewards, turn count, latency and failures are set by
   the test; ``ScriptedEnvs`` makes it (and the real GuessNumber) by id.
+* ``scripted_sessions``: a ``SessionManager`` on a fake engine that answers ``answers`` in
+  turn, agents allowed the scripted env.
 * ``guessing_script``: a ``FakeEngine`` script that answers with a number drawn from a
   seeded RNG, then the end-of-turn token, so GuessNumber groups have reward variance.
 * ``settings``: the server's settings with the admin token and one agent key
@@ -16,6 +18,7 @@ This module holds no tests; the test modules import it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -30,11 +33,15 @@ from safetensors.torch import save
 
 from rollgym.envs.spaces import ChatText, Messages
 from rollgym.server.agent_keys import Agent, AgentKeysConfig, AgentQuota, QuotaLedger, SessionLease
+from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
-from rollgym.server.config import ServerSettings
+from rollgym.server.config import ServerSettings, SessionConfig
 from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.env_access import EnvAccessConfig
 from rollgym.server.errors import NotFound
+from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
+from rollgym.server.sessions import SessionManager
 
 ADMIN_TOKEN = "unit-test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -126,6 +133,32 @@ class ScriptedEnvs:
         env = ScriptedEnv(**self.env_options)
         self.made.append(env)
         return env
+
+
+def scripted_sessions(
+    codec: ChatCodec,
+    envs: ScriptedEnvs,
+    buffer: TrajectoryBuffer,
+    *,
+    answers: Sequence[str] = ("",),
+    config: SessionConfig | None = None,
+    metrics: ServerMetrics | None = None,
+    **options: Any,
+) -> SessionManager:
+    """Sessions on ``envs`` whose model answers ``answers`` in turn (each then ends its turn)."""
+    replies = itertools.cycle(answers)
+    return SessionManager(
+        FakeEngine(lambda prompt: [*codec.encode(next(replies)), codec.eos_id]),
+        codec,
+        envs,
+        buffer,
+        metrics or ServerMetrics(),
+        config or SessionConfig(),
+        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
+        max_model_len=512,
+        default_max_tokens=8,
+        **options,
+    )
 
 
 def guessing_script(codec: ChatCodec, seed: int = 0) -> Callable[[Sequence[int]], list[int]]:

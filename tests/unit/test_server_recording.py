@@ -5,20 +5,17 @@ from __future__ import annotations
 import math
 
 import pytest
-from server_fakes import SCRIPTED, ScriptedEnv, ScriptedEnvs
+from server_fakes import SCRIPTED, ScriptedEnv, ScriptedEnvs, scripted_sessions
 
 from rollgym.contract.wire import SamplingSettings, SessionCreate
 from rollgym.server.agent_keys import Agent, AgentQuota, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
-from rollgym.server.config import BufferConfig, SessionConfig
+from rollgym.server.config import BufferConfig
 from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.env_access import EnvAccessConfig
 from rollgym.server.errors import Conflict, EnvFailure
-from rollgym.server.metrics import ServerMetrics
 from rollgym.server.recording import step_env
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
-from rollgym.server.sessions import SessionManager
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +62,7 @@ async def test_a_crashing_env_makes_the_rollout_episode_invalid(codec) -> None:
 
 
 async def test_a_crashing_env_makes_the_session_invalid_and_the_step_a_4xx(codec, buffer) -> None:
-    sessions = SessionManager(
-        engine(codec),
-        codec,
-        ScriptedEnvs(turns=3, crash_on=2),
-        buffer,
-        ServerMetrics(),
-        SessionConfig(),
-        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
-        max_model_len=512,
-        default_max_tokens=8,
-    )
+    sessions = scripted_sessions(codec, ScriptedEnvs(turns=3, crash_on=2), buffer, answers=["7"])
     lease = QuotaLedger().open_session(Agent("agent", AgentQuota()))
     made = await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0), lease)
     conversation = [dict(m) for m in made.observation]

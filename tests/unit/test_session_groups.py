@@ -7,7 +7,6 @@ routes' side (429 + Retry-After, the env failure's 409) in the app, in-process.
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import gymnasium
 import pytest
@@ -18,6 +17,7 @@ from server_fakes import (
     agent_lease,
     engine_factory,
     in_process,
+    scripted_sessions,
     settings,
 )
 
@@ -26,7 +26,6 @@ from rollgym.server.app import create_app
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import BufferConfig, SessionConfig
-from rollgym.server.engine.fake import FakeEngine
 from rollgym.server.env_access import EnvAccessConfig
 from rollgym.server.errors import BadRequest, Conflict, WindowFull
 from rollgym.server.metrics import ServerMetrics
@@ -62,18 +61,13 @@ def metrics() -> ServerMetrics:
 @pytest.fixture
 def sessions(codec, buffer, clock, metrics) -> SessionManager:
     """Answers alternate "1", "2"; the scripted env pays the number: rewards vary."""
-    answers = itertools.cycle(["1", "2"])
-    engine = FakeEngine(lambda prompt: [*codec.encode(next(answers)), codec.eos_id])
-    return SessionManager(
-        engine,
+    return scripted_sessions(
         codec,
         ScriptedEnvs(turns=1, reward_of=lambda seed, action: float(action)),
         buffer,
-        metrics,
-        SessionConfig(group_timeout_s=60.0, max_staleness=0, groups_per_batch=4),
-        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
-        max_model_len=512,
-        default_max_tokens=8,
+        answers=["1", "2"],
+        config=SessionConfig(group_timeout_s=60.0, max_staleness=0, groups_per_batch=4),
+        metrics=metrics,
         clock=clock,
     )
 
@@ -220,16 +214,11 @@ async def test_a_full_window_refuses_new_groups_but_not_their_members(sessions, 
 
 
 async def test_a_failed_reset_gives_the_groups_place_back(codec, buffer) -> None:
-    sessions = SessionManager(
-        FakeEngine(lambda prompt: [codec.eos_id]),
+    sessions = scripted_sessions(
         codec,
         ScriptedEnvs(reset_fails=True),
         buffer,
-        ServerMetrics(),
-        SessionConfig(max_staleness=0, groups_per_batch=1),
-        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
-        max_model_len=512,
-        default_max_tokens=8,
+        config=SessionConfig(max_staleness=0, groups_per_batch=1),
     )
     grouped = SessionCreate(env_id=SCRIPTED, group_id="g", group_size=2)
     for request in (grouped, SessionCreate(env_id=SCRIPTED)):  # not a WindowFull the 2nd time
@@ -238,16 +227,11 @@ async def test_a_failed_reset_gives_the_groups_place_back(codec, buffer) -> None
 
 
 async def test_an_env_that_fails_to_close_still_ends_its_session_and_group(codec, buffer) -> None:
-    sessions = SessionManager(
-        FakeEngine(lambda prompt: [*codec.encode("3"), codec.eos_id]),
+    sessions = scripted_sessions(
         codec,
         ScriptedEnvs(turns=1, reward_of=lambda seed, action: 1.0, close_fails=True),
         buffer,
-        ServerMetrics(),
-        SessionConfig(),
-        access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
-        max_model_len=512,
-        default_max_tokens=8,
+        answers=["3"],
     )
     made = [
         await sessions.create(SessionCreate(env_id=SCRIPTED, seed=0, group_size=2), agent_lease())

@@ -10,22 +10,16 @@ tests/e2e/test_server_e2e.py.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from pathlib import Path
 
 import torch
-from server_fakes import SCRIPTED, ScriptedEnvs, agent_lease
-from trainer_fakes import FakeServer
+from server_fakes import SCRIPTED, ScriptedEnvs, agent_lease, scripted_sessions
+from trainer_fakes import FakeServer, scored_batches
 
 from rollgym.contract.wire import PullRequest, SamplingSettings, SessionCreate, TrajectoryGroup
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
-from rollgym.server.config import BufferConfig, SessionConfig
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.env_access import EnvAccessConfig
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.sessions import SessionManager
-from rollgym.trainer import grpo
+from rollgym.server.config import BufferConfig
 from rollgym.trainer.batch import build_batch
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train
@@ -35,18 +29,12 @@ GROUP = 4
 
 async def _session_group(codec: ChatCodec, path: Path) -> TrajectoryGroup:
     """Four sessions on one task, answers "1", "2", "1", "2": rewards 1, 2, 1, 2."""
-    answers = itertools.cycle(["1", "2"])
     async with TrajectoryBuffer(path, BufferConfig()) as buffer:
-        sessions = SessionManager(
-            FakeEngine(lambda prompt: [*codec.encode(next(answers)), codec.eos_id]),
+        sessions = scripted_sessions(
             codec,
             ScriptedEnvs(turns=1, reward_of=lambda seed, action: float(action)),
             buffer,
-            ServerMetrics(),
-            SessionConfig(),
-            access=EnvAccessConfig(agent_env_ids=(SCRIPTED,)),
-            max_model_len=512,
-            default_max_tokens=8,
+            answers=["1", "2"],
         )
         request = SessionCreate(env_id=SCRIPTED, seed=3, group_size=GROUP)
         for _ in range(GROUP):
@@ -63,7 +51,9 @@ async def _session_group(codec: ChatCodec, path: Path) -> TrajectoryGroup:
     return group
 
 
-def test_a_session_group_gets_group_relative_advantages(tmp_path, codec, default_model_dir) -> None:
+def test_a_session_group_gets_group_relative_advantages(
+    tmp_path, codec, default_model_dir, monkeypatch
+) -> None:
     group = asyncio.run(_session_group(codec, tmp_path / "buffer.sqlite3"))
     batch = build_batch([group], GROUP)
     assert batch.trajectory_valid == [True] * GROUP  # no zero-weight padding
@@ -81,19 +71,9 @@ def test_a_session_group_gets_group_relative_advantages(tmp_path, codec, default
         pull_timeout_s=0.1,
         stall_timeout_s=5.0,
     )
-    captured = {}
-    original = grpo.ServerGRPOTrainer._generate_and_score_completions
-
-    def spy(self, inputs):
-        output = original(self, inputs)
-        captured.update(output)
-        return output
-
-    grpo.ServerGRPOTrainer._generate_and_score_completions = spy  # type: ignore[method-assign]
-    try:
-        result = train(config, fake.client(), default_model_dir, printer=None)
-    finally:
-        grpo.ServerGRPOTrainer._generate_and_score_completions = original  # type: ignore[method-assign]
+    outputs = scored_batches(monkeypatch)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+    [captured] = outputs
 
     assert result.steps == 1 and group.group_id in fake.acked
     advantages = captured["advantages"].flatten()

@@ -19,6 +19,7 @@ from trainer_fakes import (
     FakeServer,
     make_trajectory,
     random_group,
+    scored_batches,
 )
 from transformers import AutoModelForCausalLM
 
@@ -136,27 +137,14 @@ def test_loss_falls_on_a_fixed_batch(tmp_path, default_model_dir) -> None:
 
 
 def test_trl_trains_on_model_tokens_with_the_behaviour_logprob_correction(
-    tmp_path, default_model_dir
+    tmp_path, default_model_dir, monkeypatch
 ) -> None:
     """What TRL builds from our batch: env tokens out of the loss, IS ratio in."""
     fake = FakeServer()
     config = _config(tmp_path, total_steps=1)
-    captured = {}
-
-    from rollgym.trainer import grpo
-
-    original = grpo.ServerGRPOTrainer._generate_and_score_completions
-
-    def spy(self, inputs):
-        output = original(self, inputs)
-        captured.update(output)
-        return output
-
-    grpo.ServerGRPOTrainer._generate_and_score_completions = spy  # type: ignore[method-assign]
-    try:
-        train(config, fake.client(), default_model_dir, printer=None)
-    finally:
-        grpo.ServerGRPOTrainer._generate_and_score_completions = original  # type: ignore[method-assign]
+    outputs = scored_batches(monkeypatch)
+    train(config, fake.client(), default_model_dir, printer=None)
+    [captured] = outputs
 
     loss_mask = captured["completion_mask"] * captured["tool_mask"]
     first_turn = 2  # the fake's episodes: 2 model tokens, 3 env tokens, 2 model tokens

@@ -7,6 +7,9 @@ groups a pull asks for, at the fake's current policy version, so a whole ``train
 execute without an engine. Rewards are a pure function of the tokens, so learning has a
 signal: ``reward_of`` pays 1 for completions whose first model token is ``GOOD_TOKEN``.
 
+``scored_batches(monkeypatch)`` spies on what TRL builds from a batch (advantages, masks,
+importance ratios): each output of ``_generate_and_score_completions``, in order.
+
 This module holds no tests; the test modules import it.
 """
 
@@ -17,8 +20,9 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
+import pytest
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
@@ -293,3 +297,18 @@ class FakeServer:
             dropped_zero_variance=0,
             invalid_trajectories=0,
         )
+
+
+def scored_batches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every output of ``ServerGRPOTrainer._generate_and_score_completions`` from now on."""
+    from rollgym.trainer import grpo
+
+    outputs: list[dict[str, Any]] = []
+    original = grpo.ServerGRPOTrainer._generate_and_score_completions
+
+    def spy(self: grpo.ServerGRPOTrainer, inputs: Any) -> Any:
+        outputs.append(original(self, inputs))
+        return outputs[-1]
+
+    monkeypatch.setattr(grpo.ServerGRPOTrainer, "_generate_and_score_completions", spy)
+    return outputs
