@@ -6,7 +6,9 @@ Every answer carries the policy version (body ``policy_version``, header
 
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
 ``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.toolcalls``);
-the sampled ids are recorded whole either way. ``n`` choices are ``n`` generations of one
+the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
+and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
+answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
@@ -49,6 +51,7 @@ from rollgym.server.routes.openai_schema import (
     usage,
 )
 from rollgym.server.routes.openai_stream import chat_chunks, sse
+from rollgym.server.sessions import ModelAnswer
 from rollgym.server.toolcalls import parse_tool_calls
 
 router = APIRouter(prefix="/v1")
@@ -79,6 +82,7 @@ async def chat_completions(
     content_chars = sum(len(m["content"]) for m in messages)  # rendered as they are
     codec.check_chars(content_chars, services.settings.engine.max_model_len)
     session_id = body.session_id or x_rollgym_session
+    answer_id = uuid.uuid4().hex
     if session_id is not None:
         if body.n > 1:
             raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
@@ -90,17 +94,18 @@ async def chat_completions(
             tools=tools,
             stop=body.stop_strings,
             seed=body.seed,
-            shown=lambda g: _message(codec, body, g).content or "",
+            answer=lambda g: _model_answer(codec, body, g, answer_id),
         )
         generations, prompt_ids = [generation], None
     else:
         prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
         generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
     services.quotas.charge_tokens(agent, sum(len(g.token_ids) for g in generations))
-    choices = await asyncio.to_thread(_choices, codec, body, generations)
+    choices = await asyncio.to_thread(_choices, codec, body, generations, answer_id)
     first = generations[0]
     version = min(g.policy_version for g in generations)
-    answer = ChatCompletion(
+    completion = ChatCompletion(
+        id=f"rollgym-{answer_id}",
         model=body.model,
         choices=choices,
         usage=usage(
@@ -113,12 +118,12 @@ async def chat_completions(
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(
-            sse(chat_chunks(answer, include_usage=include_usage)),
+            sse(chat_chunks(completion, include_usage=include_usage)),
             media_type="text/event-stream",
             headers={VERSION_HEADER: str(version)},
         )
     response.headers[VERSION_HEADER] = str(version)
-    return answer
+    return completion
 
 
 async def _n_generations(
@@ -211,12 +216,15 @@ async def _prompt_ids(codec: ChatCodec, prompt: str | list[int], max_model_len: 
 
 
 def _choices(
-    codec: ChatCodec, body: ChatCompletionRequest, generations: Sequence[Generation]
+    codec: ChatCodec,
+    body: ChatCompletionRequest,
+    generations: Sequence[Generation],
+    answer_id: str,
 ) -> list[ChatChoice]:
     """The answer's choices (CPU work: a thread's)."""
     choices = []
     for index, generation in enumerate(generations):
-        message = _message(codec, body, generation)
+        message = _message(body, _written(codec, body, generation), f"{answer_id}_{index}")
         called = message.tool_calls and generation.finish_reason == "stop"
         token_logprobs = _token_logprobs(codec, generation) if body.logprobs else None
         choices.append(
@@ -232,20 +240,33 @@ def _choices(
     return choices
 
 
-def _message(
-    codec: ChatCodec, body: ChatCompletionRequest, generation: Generation
-) -> ChatMessageOut:
-    """The assistant's message as the client is shown it: text up to ``stop``, tool calls."""
-    text = _before_stop(codec.decode(generation.token_ids), body.stop_strings)
+def _model_answer(
+    codec: ChatCodec, body: ChatCompletionRequest, generation: Generation, answer_id: str
+) -> ModelAnswer:
+    """A session's answer: as written, and as the client is shown it (choice 0's message)."""
+    written = _written(codec, body, generation)
+    message = _message(body, written, f"{answer_id}_0")
+    ids = tuple(call.id for call in message.tool_calls or () if call.id is not None)
+    return ModelAnswer(written=written, content=message.content or "", tool_call_ids=ids)
+
+
+def _written(codec: ChatCodec, body: ChatCompletionRequest, generation: Generation) -> str:
+    """The answer's text as the model wrote it, up to the first ``stop`` text."""
+    return _before_stop(codec.decode(generation.token_ids), body.stop_strings)
+
+
+def _message(body: ChatCompletionRequest, text: str, call_prefix: str) -> ChatMessageOut:
+    """The assistant's message as the client is shown it: ``text``, its tool calls parsed out
+    (ids ``call_<call_prefix>_<k>``)."""
     if not body.parses_tools:
         return ChatMessageOut(content=text)
     reply = parse_tool_calls(text, {tool.function.name for tool in body.tools or ()})
     calls = [
         ToolCall(
-            id=f"call_{uuid.uuid4().hex[:24]}",
+            id=f"call_{call_prefix}_{k}",
             function=FunctionCall(name=call.name, arguments=call.arguments),
         )
-        for call in reply.calls
+        for k, call in enumerate(reply.calls)
     ]
     return ChatMessageOut(content=reply.content, tool_calls=calls or None)
 
