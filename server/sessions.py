@@ -85,7 +85,7 @@ from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import EnvFactory, amake, holds_sandbox
-from rollgym.server.rollout.episode import opening_budget
+from rollgym.server.rollout.episode import env_tools, opening_budget
 from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
 
 logger = logging.getLogger(__name__)
@@ -239,6 +239,7 @@ class SessionManager:
             group_size=group.size,
             seed=group.seed,
             observation=session.conversation,
+            tools=env_tools(env),
             info=_plain(info),
             policy_version=self._engine.policy_version,
             warnings=warnings,

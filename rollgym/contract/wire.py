@@ -441,6 +441,9 @@ class SessionCreated(BaseModel):
     group_size: int = Field(description="1 for a lone session")
     seed: int | None = Field(description="the seed the env was reset with")
     observation: list[EnvMessage]
+    tools: list[dict[str, object]] | None = Field(
+        None, description="the env's tools in OpenAI function format: the chat calls' tools"
+    )
     info: dict[str, object]
     policy_version: int
     warnings: list[str] = Field(

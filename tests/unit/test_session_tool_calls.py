@@ -11,6 +11,7 @@ import pytest
 from server_fakes import ADMIN, engine_factory, in_process, settings
 
 from rollgym.contract.wire import PullResponse, SessionCreated, SessionStepResult
+from rollgym.envs.tool_use import ToolUseEnv
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
 from rollgym.server.app import create_app
@@ -52,13 +53,14 @@ async def open_session(client) -> tuple[SessionCreated, list[dict]]:
     made = await client.post("/v1/sessions", json={"env_id": TOOL_USE, "seed": 3})
     assert made.status_code == 201, made.text
     session = SessionCreated.model_validate(made.json())
+    assert session.tools == ToolUseEnv().tools  # the env's tools, to send as the chat's
     return session, [m.model_dump() for m in session.observation]
 
 
 async def chat(client, session: SessionCreated, messages: list[dict]) -> dict:
     answer = await client.post(
         "/v1/chat/completions",
-        json={"model": MODEL, "messages": messages, "tools": TOOLS, "max_tokens": 256},
+        json={"model": MODEL, "messages": messages, "tools": session.tools, "max_tokens": 256},
         headers={"X-Rollgym-Session": session.session_id},
     )
     assert answer.status_code == 200, answer.text
@@ -70,12 +72,6 @@ async def step(client, session: SessionCreated, **body) -> SessionStepResult:
     stepped = await client.post(f"/v1/sessions/{session.session_id}/step", json=body)
     assert stepped.status_code == 200, stepped.text
     return SessionStepResult.model_validate(stepped.json())
-
-
-TOOLS = [
-    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-    for name in ("python", "read_file", "write_file", "list_files")
-]
 
 
 async def test_a_step_on_the_models_answer_runs_its_calls_and_names_them(client) -> None:
