@@ -25,7 +25,8 @@ before it, or a different text) is the agent's own: it enters the context as env
 tokens, and the reward its step earns is not credited to the model (``server.recording``).
 
 Agents reach only the envs and kwargs ``env_access`` opens to them (``server.env_access``);
-the kwargs are recorded on the trajectory. Request data is tokenized off the event loop.
+the kwargs are recorded on the trajectory. Request data is tokenized off the event loop,
+but for a turn's few new characters (``INLINE_CHARS``): a thread hop costs more than that.
 A session whose context reaches ``max_model_len`` is over (``ContextFull``, 409): its
 episode is marked ``truncated_by_context``.
 
@@ -90,6 +91,10 @@ from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
+# A turn whose new messages from the request hold at most this many characters is tokenized
+# on the event loop (well under a millisecond, like the env's replies the runner tokenizes
+# there); more, and the first prompt (the request's tools too), go to a worker thread.
+INLINE_CHARS = 4096
 
 
 class TooManySessions(ServerError):
@@ -266,7 +271,10 @@ class SessionManager:
         async with session.lock:
             self._check_open(session)
             added = _extension(session.conversation, messages)
-            context = await asyncio.to_thread(self._context, session, added, tools)
+            if session.record.transcript is not None and _chars(added) <= INLINE_CHARS:
+                context = self._context(session, added, tools)  # a usual turn: no thread hop
+            else:
+                context = await asyncio.to_thread(self._context, session, added, tools)
             if len(context) >= self._max_model_len:
                 session.record.context_full()
                 raise ContextFull(
@@ -466,6 +474,10 @@ def _extension(
                 f"{ours['role']!r} with content {ours['content'][:80]!r})"
             )
     return [{"role": m["role"], "content": m.get("content") or ""} for m in messages[len(known) :]]
+
+
+def _chars(messages: Sequence[TemplateMessage]) -> int:
+    return sum(len(m["content"]) for m in messages)
 
 
 def _answered_calls(

@@ -86,6 +86,7 @@ async def chat_completions(
     if session_id is not None:
         if body.n > 1:
             raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
+        turn = _SessionAnswer(codec, body, answer_id)
         generation = await services.sessions.generate(
             session_id,
             messages,
@@ -94,14 +95,18 @@ async def chat_completions(
             tools=tools,
             stop=body.stop_strings,
             seed=body.seed,
-            answer=lambda g: _model_answer(codec, body, g, answer_id),
+            answer=turn,
         )
-        generations, prompt_ids = [generation], None
+        generations, prompt_ids, shown = [generation], None, turn.shown
     else:
         prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
         generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+        shown = None
     services.quotas.charge_tokens(agent, sum(len(g.token_ids) for g in generations))
-    choices = await asyncio.to_thread(_choices, codec, body, generations, answer_id)
+    if shown is not None and not body.logprobs:  # nothing left to decode: no thread hop
+        choices = _choices(codec, body, generations, answer_id, shown)
+    else:
+        choices = await asyncio.to_thread(_choices, codec, body, generations, answer_id, shown)
     first = generations[0]
     version = min(g.policy_version for g in generations)
     completion = ChatCompletion(
@@ -220,11 +225,16 @@ def _choices(
     body: ChatCompletionRequest,
     generations: Sequence[Generation],
     answer_id: str,
+    shown: Sequence[ChatMessageOut] | None = None,
 ) -> list[ChatChoice]:
-    """The answer's choices (CPU work: a thread's)."""
+    """The answer's choices, with their messages ``shown`` already or made here (decoding and
+    per-token logprobs are CPU work: a thread's)."""
     choices = []
     for index, generation in enumerate(generations):
-        message = _message(body, _written(codec, body, generation), f"{answer_id}_{index}")
+        if shown is not None:
+            message = shown[index]
+        else:
+            message = _message(body, _written(codec, body, generation), f"{answer_id}_{index}")
         called = message.tool_calls and generation.finish_reason == "stop"
         token_logprobs = _token_logprobs(codec, generation) if body.logprobs else None
         choices.append(
@@ -240,14 +250,20 @@ def _choices(
     return choices
 
 
-def _model_answer(
-    codec: ChatCodec, body: ChatCompletionRequest, generation: Generation, answer_id: str
-) -> ModelAnswer:
-    """A session's answer: as written, and as the client is shown it (choice 0's message)."""
-    written = _written(codec, body, generation)
-    message = _message(body, written, f"{answer_id}_0")
-    ids = tuple(call.id for call in message.tool_calls or () if call.id is not None)
-    return ModelAnswer(written=written, content=message.content or "", tool_call_ids=ids)
+class _SessionAnswer:
+    """A session turn's answer, made once as the session records it: the ``ModelAnswer`` it
+    keeps (as written, as shown) and the message its client is shown (``shown``)."""
+
+    def __init__(self, codec: ChatCodec, body: ChatCompletionRequest, answer_id: str):
+        self._codec, self._body, self._answer_id = codec, body, answer_id
+        self.shown: list[ChatMessageOut] = []
+
+    def __call__(self, generation: Generation) -> ModelAnswer:
+        written = _written(self._codec, self._body, generation)
+        message = _message(self._body, written, f"{self._answer_id}_0")
+        self.shown = [message]
+        ids = tuple(call.id for call in message.tool_calls or () if call.id is not None)
+        return ModelAnswer(written=written, content=message.content or "", tool_call_ids=ids)
 
 
 def _written(codec: ChatCodec, body: ChatCompletionRequest, generation: Generation) -> str:
