@@ -184,12 +184,6 @@ async def agents_at_once(url: str, token: str, keys: dict[str, str], args: argpa
     return log, [c for agent_closed in closed for c in agent_closed], received, wall
 
 
-def percentiles(seconds: list[float]) -> tuple[float, float]:
-    ordered = sorted(seconds)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return statistics.median(ordered), p99
-
-
 def load_rows(args: argparse.Namespace, model_dir: Path) -> list[Row]:
     keys = {f"agent{i:02d}": secrets.token_hex(16) for i in range(args.agents)}
     with (
@@ -216,7 +210,7 @@ def load_rows(args: argparse.Namespace, model_dir: Path) -> list[Row]:
     lost = len({c["trajectory_id"] for c in finished} - delivered)
     rows: list[Row] = []
     for kind in CALLS:
-        p50, p99 = percentiles(log.seconds[kind])
+        p50, p99 = statistics.median(log.seconds[kind]), percentile(log.seconds[kind], 0.99)
         rows.append(
             (
                 f"{args.agents} agents: {kind}",

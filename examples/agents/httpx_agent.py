@@ -162,13 +162,18 @@ async def main(args: argparse.Namespace) -> None:
         print(json.dumps(dataclasses.asdict(episode)))
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The examples' command line: the server, the agent key, the group's task, the budget."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--key", required=True, help="an agent key (ROLLGYM_AGENTS__KEYS)")
     parser.add_argument("--env-id", default="rollgym/ToolUse-v0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--max-turns", type=int, default=4, help="model turns per episode")
+    parser.add_argument("--max-tokens", type=int, default=64, help="per model turn")
+    return parser
+
+
+if __name__ == "__main__":
+    asyncio.run(main(arguments(__doc__.split("\n\n")[0]).parse_args()))

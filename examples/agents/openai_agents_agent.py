@@ -48,6 +48,7 @@ from examples.agents.httpx_agent import (
     SESSION_HEADER,
     Task,
     agent_client,
+    arguments,
     open_session,
     served_model,
 )
@@ -201,33 +202,18 @@ def _error_code(exc: openai.APIStatusError) -> str | None:
     return body if isinstance(body, str) else None
 
 
-async def play_group(
-    http: httpx.AsyncClient,
-    model: str,
-    task: Task,
-    *,
-    key: str,
-    max_turns: int = 4,
-    settings: ModelSettings | None = None,
-) -> list[Episode]:
-    """The ``task.group_size`` sessions of one group, played at once."""
-    return list(
-        await asyncio.gather(
-            *(
-                play_episode(http, model, task, key=key, max_turns=max_turns, settings=settings)
-                for _ in range(task.group_size)
-            )
-        )
-    )
-
-
 async def main(args: argparse.Namespace) -> None:
     task = Task(env_id=args.env_id, seed=args.seed, group_size=args.group_size)
     settings = ModelSettings(temperature=1.0, max_tokens=args.max_tokens)
     async with agent_client(args.url, args.key) as http:
         model = await served_model(http)
-        episodes = await play_group(
-            http, model, task, key=args.key, max_turns=args.max_turns, settings=settings
+        episodes = await asyncio.gather(
+            *(
+                play_episode(
+                    http, model, task, key=args.key, max_turns=args.max_turns, settings=settings
+                )
+                for _ in range(task.group_size)
+            )
         )
     for episode in episodes:
         print(
@@ -243,12 +229,4 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--key", required=True, help="an agent key (ROLLGYM_AGENTS__KEYS)")
-    parser.add_argument("--env-id", default="rollgym/ToolUse-v0")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    asyncio.run(main(parser.parse_args()))
+    asyncio.run(main(arguments(__doc__.split("\n\n")[0]).parse_args()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from server_fakes import ADMIN, engine_factory, in_process, settings
 
-from rollgym.contract.wire import PullResponse, SessionCreated, SessionStepResult
+from rollgym.contract.wire import PullResponse, SessionCreated, SessionStepResult, Trajectory
 from rollgym.envs.tool_use import ToolUseEnv
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
@@ -74,6 +74,17 @@ async def step(client, session: SessionCreated, **body) -> SessionStepResult:
     return SessionStepResult.model_validate(stepped.json())
 
 
+async def persisted_episode(client) -> Trajectory:
+    """The one episode in the buffer (a lone session's, persisted at its close)."""
+    pulled = await client.post(
+        "/admin/buffer/pull",
+        json={"trainer_version": 0, "max_staleness": 0, "num_groups": 1, "timeout_s": 0},
+        headers=ADMIN,
+    )
+    [trajectory] = PullResponse.model_validate(pulled.json()).groups[0].trajectories
+    return trajectory
+
+
 async def test_a_step_on_the_models_answer_runs_its_calls_and_names_them(client) -> None:
     session, messages = await open_session(client)
     message = await chat(client, session, messages)
@@ -105,12 +116,7 @@ async def test_the_models_turns_are_credited_and_kept_as_written(client) -> None
     closed = (await client.delete(f"/v1/sessions/{session.session_id}")).json()
     assert closed["persisted"] and closed["valid"]
 
-    pulled = await client.post(
-        "/admin/buffer/pull",
-        json={"trainer_version": 0, "max_staleness": 0, "num_groups": 1, "timeout_s": 0},
-        headers=ADMIN,
-    )
-    [trajectory] = PullResponse.model_validate(pulled.json()).groups[0].trajectories
+    trajectory = await persisted_episode(client)
     [turn] = trajectory.turns
     assert turn.env_s > 0 and trajectory.reward == 0.0  # the tool turn's; not the -0.05
     said = [(m.role, m.content) for m in trajectory.messages]
@@ -129,12 +135,7 @@ async def test_a_step_that_sends_only_the_shown_content_earns_no_credit(client) 
     stepped = await step(client, session, action=message["content"])
     assert stepped.tool_call_ids is None and stepped.reward < 0  # rejected: no tool call
     await client.delete(f"/v1/sessions/{session.session_id}")
-    pulled = await client.post(
-        "/admin/buffer/pull",
-        json={"trainer_version": 0, "max_staleness": 0, "num_groups": 1, "timeout_s": 0},
-        headers=ADMIN,
-    )
-    [trajectory] = PullResponse.model_validate(pulled.json()).groups[0].trajectories
+    trajectory = await persisted_episode(client)
     assert trajectory.reward == 0.0
 
 
