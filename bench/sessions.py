@@ -17,13 +17,14 @@ Two parts, one table:
    engine, env and pool, serving over uvicorn on loopback; one agent at a time, so nothing
    queues. ``--overhead-episodes`` episodes of ``--overhead-turns`` turns through a
    session (the same httpx client) and as many through the rollout runner's
-   ``EpisodeRunner``, interleaved. The server's own time per turn, what is neither engine
-   (queue + generation) nor env step (the trajectory's ``TurnRecord``\\ s say both), each
-   path measured inside the server: a session's turn is one chat and one step request
-   (their time in the app, from the first byte in to the last byte out), paired as a
-   steady-state turn (the chat of turn k with the step of turn k-1); the runner's is the
-   time between the starts of two consecutive generations of one episode. Target: the
-   session's at most 2 ms over the runner's (median).
+   ``EpisodeRunner``, interleaved. The server's own time per turn, what is neither the
+   engine call (its wall time, vLLM's hand-offs included, timed around the engine both
+   paths share) nor the env step (``TurnRecord.env_s``), each path measured inside the
+   server: a session's turn is one chat and one step request (their time in the app, from
+   the first byte in to the last byte out; uvicorn's HTTP parsing and its access log,
+   off here, left out), paired as a steady-state turn (the chat of turn k with the step of
+   turn k-1); the runner's is the time between the starts of two consecutive generations
+   of one episode. Target: the session's at most 2 ms over the runner's (median).
 
 On a 2-core machine the figures move with other load: compare within one run.
 """
@@ -66,8 +67,7 @@ ENV_ID = "rollgym/ToolUse-v0"
 CALLS = ("create", "chat", "step", "close")
 
 
-def call_kind(request: httpx.Request) -> str:
-    path, method = request.url.path, request.method
+def call_kind(method: str, path: str) -> str:
     if path == "/v1/sessions":
         return "create"
     if path == "/v1/chat/completions":
@@ -92,7 +92,7 @@ class CallLog:
             request.extensions["started"] = time.perf_counter()
 
         async def answered(response: httpx.Response) -> None:
-            kind = call_kind(response.request)
+            kind = call_kind(response.request.method, response.request.url.path)
             if response.status_code == 429:
                 self.retried += 1
             elif kind in self.seconds:
@@ -152,7 +152,11 @@ def persisted_count(url: str) -> float:
     return 0.0
 
 
-async def agents_at_once(url: str, token: str, keys: dict[str, str], args: argparse.Namespace):
+async def agents_at_once(
+    url: str, token: str, keys: dict[str, str], args: argparse.Namespace
+) -> tuple[CallLog, list[dict[str, Any]], list[Trajectory], float]:
+    """Every agent at once, groups of ``--group-size``, and a consumer; (calls, what each
+    close answered, what the consumer received, wall seconds)."""
     log = CallLog()
     groups = args.agents // args.group_size
     names = sorted(keys)
@@ -258,8 +262,8 @@ class RequestTimer:
         try:
             await self.app(scope, receive, send)
         finally:
-            request = httpx.Request(scope["method"], f"http://server{scope['path']}")
-            self.calls.append((call_kind(request), time.perf_counter() - started))
+            kind = call_kind(scope["method"], scope["path"])
+            self.calls.append((kind, time.perf_counter() - started))
 
 
 class EngineClock:
@@ -291,8 +295,8 @@ def runner_turns(spans: Sequence[tuple[float, float]], trajectory: Trajectory) -
     """The runner's own time of each turn but the last: from one generation's start to the
     next's, less that generation and the env step in between."""
     return [
-        later - start - (end - start) - env
-        for (start, end), (later, _), env in zip(spans, spans[1:], env_s(trajectory), strict=False)
+        later - end - env
+        for (_, end), (later, _), env in zip(spans, spans[1:], env_s(trajectory), strict=False)
     ]
 
 
