@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
@@ -42,19 +41,19 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import httpx
-import uvicorn
 
-from bench.server import Row, free_port, print_table
+from bench.server import Row, print_table
 from examples.agents.httpx_agent import Task, agent_client, play_episode, served_model
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.wire import PullRequest, PullResponse, SamplingSettings, Trajectory
+from rollgym.run.loopback import on_loopback
 from rollgym.run.server_process import ServerProcess
 from rollgym.server.agent_keys import AgentKeysConfig
 from rollgym.server.app import create_app
@@ -315,20 +314,6 @@ def session_turns(
     return [chats[k] - engine[k] + steps[k - 1] - envs[k - 1] for k in range(1, turns)]
 
 
-@contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110  # uvicorn offers no event for it
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
 async def overhead(args: argparse.Namespace, model_dir: Path) -> tuple[list[float], list[float]]:
     key = secrets.token_hex(16)
     with tempfile.TemporaryDirectory() as tmp:
@@ -341,7 +326,7 @@ async def overhead(args: argparse.Namespace, model_dir: Path) -> tuple[list[floa
         )
         app = create_app(settings, engine_factory=lambda config: EngineClock(VLLMEngine(config)))
         timer = RequestTimer(app)
-        async with serving(timer) as url, agent_client(url, key) as http:
+        async with on_loopback(timer) as url, agent_client(url, key) as http:
             services = app.state.services
             engine: EngineClock = services.engine
             runner = services.episodes  # the app's runner's episodes, on the same engine

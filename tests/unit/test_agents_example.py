@@ -4,23 +4,17 @@ them on a fake box (a host process), the app serves on loopback (the SDK's own c
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-import uvicorn
 from agents import ModelSettings
 from openai.types.responses import ResponseFunctionToolCall
-from server_fakes import AGENT_KEY, engine_factory, settings
+from server_fakes import AGENT_KEY, sandboxed_app
 
 from examples.agents.httpx_agent import Task, agent_client
 from examples.agents.openai_agents_agent import Episode, play_episode
-from rollgym.run.server_process import free_port
-from rollgym.sandboxes.config import PoolConfig
-from rollgym.sandboxes.fake import FakeSandboxPool
-from rollgym.server.app import create_app
-from rollgym.server.config import SandboxSettings
+from rollgym.run.loopback import on_loopback
 from rollgym.server.engine.fake import FakeEngine
 
 CALLS = (
@@ -38,23 +32,8 @@ async def served(tmp_path, codec, first_reply: str) -> AsyncIterator[str]:
     """The app on loopback; its engine writes ``first_reply``, then answers."""
     replies: Iterator[str] = iter([first_reply])
     engine = FakeEngine(lambda prompt: [*codec.encode(next(replies, ANSWER)), codec.eos_id])
-    app = create_app(
-        settings(tmp_path, sandboxes=SandboxSettings(pool_size=1)),
-        engine_factory=engine_factory(engine),
-        pool_factory=lambda config, sink: FakeSandboxPool(
-            PoolConfig(size=1, health_interval_s=0), metrics=sink
-        ),
-    )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110  # uvicorn offers no event for it
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
+    async with on_loopback(sandboxed_app(tmp_path, engine)) as url:
+        yield url
 
 
 async def play(url: str) -> Episode:

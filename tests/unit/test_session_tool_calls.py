@@ -8,14 +8,10 @@ the text the model wrote), gets each call's result by its id, and the model is c
 from __future__ import annotations
 
 import pytest
-from server_fakes import ADMIN, engine_factory, in_process, settings
+from server_fakes import ADMIN, in_process, sandboxed_app
 
 from rollgym.contract.wire import PullResponse, SessionCreated, SessionStepResult, Trajectory
 from rollgym.envs.tool_use import ToolUseEnv
-from rollgym.sandboxes.config import PoolConfig
-from rollgym.sandboxes.fake import FakeSandboxPool
-from rollgym.server.app import create_app
-from rollgym.server.config import SandboxSettings
 from rollgym.server.engine.fake import FakeEngine
 
 MODEL = "rollgym-tiny"
@@ -38,14 +34,7 @@ def engine(codec) -> FakeEngine:
 
 @pytest.fixture
 async def client(tmp_path, engine):
-    app = create_app(
-        settings(tmp_path, sandboxes=SandboxSettings(pool_size=1)),
-        engine_factory=engine_factory(engine),
-        pool_factory=lambda config, sink: FakeSandboxPool(
-            PoolConfig(size=1, health_interval_s=0), metrics=sink
-        ),
-    )
-    async with in_process(app) as client:
+    async with in_process(sandboxed_app(tmp_path, engine)) as client:
         yield client
 
 
