@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import os
 import random
-import socket
 import statistics
 import tempfile
 import time
@@ -349,8 +348,8 @@ async def weight_rows(engine: VLLMEngine, model_dir: Path) -> list[Row]:
 
 async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> list[Row]:
     import httpx
-    import uvicorn
 
+    from rollgym.run.loopback import on_loopback
     from rollgym.server.agent_keys import AgentKeysConfig
     from rollgym.server.app import create_app
     from rollgym.server.config import ServerSettings
@@ -363,19 +362,15 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
             agents=AgentKeysConfig(keys={"bench": "bench-agent-key-000000"}),
         )
         app = create_app(settings, engine_factory=lambda config: Borrowed(engine))  # type: ignore[arg-type,return-value]
-        port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-        )
-        serving = asyncio.create_task(server.serve())
-        while not server.started:  # noqa: ASYNC110  # uvicorn offers no event for it
-            await asyncio.sleep(0.05)
         prompt = [1, 2, 3, 4, 5]
         body = {"model": settings.engine.model_name, "prompt": prompt, "max_tokens": 1}
         one = SamplingSettings(temperature=1.0, max_tokens=1)
         http, local = [], []
         agent = {"Authorization": "Bearer bench-agent-key-000000"}
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=agent) as client:
+        async with (
+            on_loopback(app) as url,
+            httpx.AsyncClient(base_url=url, headers=agent) as client,
+        ):
             for _ in range(calls):
                 started = time.perf_counter()
                 (await client.post("/v1/completions", json=body)).raise_for_status()
@@ -383,8 +378,6 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
                 started = time.perf_counter()
                 await engine.generate(prompt, one)
                 local.append(time.perf_counter() - started)
-        server.should_exit = True
-        await serving
     h, i = statistics.median(http), statistics.median(local)
     return [
         (
@@ -395,12 +388,6 @@ async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> lis
             f"overhead {(h - i) * 1e3:.1f} ms/call",
         )
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds() -> float:

@@ -15,12 +15,18 @@ start with the session's conversation so far (same roles and contents, the model
 answers as it returned them); what the agent added after it (its own notes, tool
 results) and the env's observations are appended once by template diffing (mask 0), and
 the sampled ids as they are (mask 1). Messages that diverge get ``TranscriptMismatch``.
-An action that is not the model's last answer (no LLM call before it, or a different
-text) is the agent's own: it enters the context as environment tokens, and the reward
-its step earns is not credited to the model (``server.recording``).
+A step acts on the model's last answer as it wrote it (``ModelAnswer.written``: up to a
+stop text, tool-call blocks included), sent back as the action or asked for with
+``model_answer`` (a framework that only sees the parsed ``tool_calls`` cannot rebuild the
+text); when the env answers each of the answer's tool calls with one tool message, the
+step names the call each message answers (``tool_call_ids``), so the framework can hand
+them back as its tool results. An action that is not the model's last answer (no LLM call
+before it, or a different text) is the agent's own: it enters the context as environment
+tokens, and the reward its step earns is not credited to the model (``server.recording``).
 
 Agents reach only the envs and kwargs ``env_access`` opens to them (``server.env_access``);
-the kwargs are recorded on the trajectory. Request data is tokenized off the event loop.
+the kwargs are recorded on the trajectory. Request data is tokenized off the event loop,
+but for a turn's few new characters (``INLINE_CHARS``): a thread hop costs more than that.
 A session whose context reaches ``max_model_len`` is over (``ContextFull``, 409): its
 episode is marked ``truncated_by_context``.
 
@@ -80,16 +86,35 @@ from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import EnvFactory, amake, holds_sandbox
-from rollgym.server.rollout.episode import opening_budget
+from rollgym.server.rollout.episode import env_tools, opening_budget
 from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
+# A turn whose new messages from the request hold at most this many characters is tokenized
+# on the event loop (well under a millisecond, like the env's replies the runner tokenizes
+# there); more, and the first prompt (the request's tools too), go to a worker thread.
+INLINE_CHARS = 4096
 
 
 class TooManySessions(ServerError):
     status = 429
     code = ErrorCode.TOO_MANY_SESSIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAnswer:
+    """The model's answer to one LLM call of a session, as its agent got it.
+
+    ``written``: the text as the model wrote it (up to a stop text, tool-call blocks
+    included), the action that earns the model credit; ``content``: the message's content
+    as shown (tool calls parsed out), which the agent's next call repeats;
+    ``tool_call_ids``: the ids of the tool calls parsed out of it, in order.
+    """
+
+    written: str
+    content: str
+    tool_call_ids: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -103,7 +128,7 @@ class _Session:
     lease: SessionLease  # its agent's quota slots, released on close
     pending: list[TemplateMessage] = dataclasses.field(default_factory=list)  # not yet in tokens
     last_stopped: bool = True
-    answer: str | None = None  # the model's last answer, until a step follows it
+    answer: ModelAnswer | None = None  # the model's last answer, until a step follows it
     last_used: float = 0.0
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
@@ -206,6 +231,7 @@ class SessionManager:
             agent=lease.agent.name,
         )
         session = _Session(session_id, request, group, env, EpisodeRecorder(key), opening, lease)
+        session.record.said(opening)
         session.last_used = self._clock()
         self._sessions[session.id] = session
         self._metrics.sessions.set(len(self._sessions))
@@ -218,6 +244,7 @@ class SessionManager:
             group_size=group.size,
             seed=group.seed,
             observation=session.conversation,
+            tools=env_tools(env),
             info=_plain(info),
             policy_version=self._engine.policy_version,
             warnings=warnings,
@@ -233,18 +260,21 @@ class SessionManager:
         tools: list[dict[str, Any]] | None = None,
         stop: Sequence[str] = (),
         seed: int | None = None,
-        shown: Callable[[Generation], str] | None = None,
+        answer: Callable[[Generation], ModelAnswer] | None = None,
     ) -> Generation:
         """An LLM call of the session's agent, recorded as the session's next model turn.
 
-        ``shown`` is the answer's text as the agent sees it (default: the decoded tokens;
-        the OpenAI route cuts stop texts and tool calls out): its next call repeats it.
+        ``answer`` is what the agent gets of the generation (default: the decoded tokens,
+        written and shown alike; the OpenAI route cuts stop texts and parses tool calls).
         """
         session = self._get(session_id, agent)
         async with session.lock:
             self._check_open(session)
             added = _extension(session.conversation, messages)
-            context = await asyncio.to_thread(self._context, session, added, tools)
+            if session.record.transcript is not None and _chars(added) <= INLINE_CHARS:
+                context = self._context(session, added, tools)  # a usual turn: no thread hop
+            else:
+                context = await asyncio.to_thread(self._context, session, added, tools)
             if len(context) >= self._max_model_len:
                 session.record.context_full()
                 raise ContextFull(
@@ -255,15 +285,20 @@ class SessionManager:
                 context, sampling, stop_token_ids=[self._codec.eos_id], stop=stop, seed=seed
             )
             session.record.model_turn(context, generation)
-            session.answer = (shown or self._decoded)(generation)
-            session.conversation += [*added, {"role": "assistant", "content": session.answer}]
+            session.answer = (answer or self._decoded)(generation)
+            session.conversation += [
+                *added,
+                {"role": "assistant", "content": session.answer.content},
+            ]
+            session.record.said([*added, {"role": "assistant", "content": session.answer.written}])
             # A stop text ends the turn without the end-of-turn token: the continuation adds it.
             session.last_stopped = generation.token_ids[-1:] == [self._codec.eos_id]
             session.last_used = self._clock()
             return generation
 
-    def _decoded(self, generation: Generation) -> str:
-        return self._codec.decode(generation.token_ids)
+    def _decoded(self, generation: Generation) -> ModelAnswer:
+        text = self._codec.decode(generation.token_ids)
+        return ModelAnswer(written=text, content=text)
 
     def _context(
         self, session: _Session, added: list[TemplateMessage], tools: list[dict[str, Any]] | None
@@ -282,16 +317,27 @@ class SessionManager:
         session.pending = []
         return transcript.context()
 
-    async def step(self, session_id: str, action: str, *, agent: str) -> SessionStepResult:
+    async def step(self, session_id: str, action: str | None, *, agent: str) -> SessionStepResult:
+        """Step the env with ``action`` (None: the model's last answer as it wrote it)."""
         session = self._get(session_id, agent)
         async with session.lock:
             self._check_open(session)
+            answer = session.answer
+            if action is None:
+                if answer is None:
+                    raise Conflict(
+                        f"session {session.id} has no model answer to step with: call the "
+                        "chat route with the session first (or send an action)"
+                    )
+                action = answer.written
             step = await step_env(session.env, action, self._metrics)
-            models = session.answer is not None and action.strip() == session.answer.strip()
+            models = answer is not None and action.strip() == answer.written.strip()
             if not models:  # the agent's own action, not the model's: no credit, no turn
                 session.pending.append({"role": "assistant", "content": action})
                 session.conversation.append({"role": "assistant", "content": action})
+                session.record.said([{"role": "assistant", "content": action}])
             session.record.env_step(step, answers_model_turn=models)
+            session.record.said(step.observation)
             session.pending += step.observation
             session.conversation += step.observation
             session.answer = None
@@ -307,6 +353,7 @@ class SessionManager:
                 terminated=step.terminated,
                 truncated=step.truncated,
                 info=_plain(step.info),
+                tool_call_ids=_answered_calls(answer, step.observation) if models else None,
             )
 
     async def close(
@@ -336,7 +383,6 @@ class SessionManager:
         """Hand the episode to its group; persist the group if this settles it."""
         episode = None
         if session.record.transcript is not None and session.record.turns:
-            session.record.said(session.conversation)
             episode = session.record.trajectory(self._engine.policy_version)
             if episode.truncated_by_context:
                 self._metrics.truncated_by_context.labels(source="session").inc()
@@ -428,6 +474,21 @@ def _extension(
                 f"{ours['role']!r} with content {ours['content'][:80]!r})"
             )
     return [{"role": m["role"], "content": m.get("content") or ""} for m in messages[len(known) :]]
+
+
+def _chars(messages: Sequence[TemplateMessage]) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def _answered_calls(
+    answer: ModelAnswer | None, observation: Sequence[TemplateMessage]
+) -> list[str] | None:
+    """The ids of the answer's tool calls when ``observation`` is one tool message per call
+    (the call each message answers, in order), else None."""
+    ids = list(answer.tool_call_ids) if answer is not None else []
+    if ids and len(observation) == len(ids) and all(m["role"] == "tool" for m in observation):
+        return ids
+    return None
 
 
 def _plain(info: dict[str, Any]) -> dict[str, object]:

@@ -441,6 +441,9 @@ class SessionCreated(BaseModel):
     group_size: int = Field(description="1 for a lone session")
     seed: int | None = Field(description="the seed the env was reset with")
     observation: list[EnvMessage]
+    tools: list[dict[str, object]] | None = Field(
+        None, description="the env's tools in OpenAI function format: the chat calls' tools"
+    )
     info: dict[str, object]
     policy_version: int
     warnings: list[str] = Field(
@@ -449,7 +452,21 @@ class SessionCreated(BaseModel):
 
 
 class SessionStep(_Input):
-    action: Annotated[Text, StringConstraints(max_length=1 << 20)]
+    """Step the session's env: with ``action``, or with the model's last answer.
+
+    ``model_answer: true`` steps with the model's last answer exactly as it wrote it (up to
+    a stop text, tool-call blocks included): what a client that only sees the parsed
+    ``tool_calls`` cannot rebuild. Only a step on the model's own answer earns it credit.
+    """
+
+    action: Annotated[Text, StringConstraints(max_length=1 << 20)] | None = None
+    model_answer: bool = Field(False, description="step with the model's last answer as written")
+
+    @model_validator(mode="after")
+    def _one_action(self) -> SessionStep:
+        if (self.action is None) == (not self.model_answer):
+            raise ValueError("give an action or model_answer: true, not both or neither")
+        return self
 
 
 class SessionStepResult(BaseModel):
@@ -458,6 +475,12 @@ class SessionStepResult(BaseModel):
     terminated: bool
     truncated: bool
     info: dict[str, object]
+    tool_call_ids: list[str] | None = Field(
+        None,
+        description="the step acted on the model's answer and the env answered each of its "
+        "tool calls with one tool message: the id of the call each observation message "
+        "answers, in order; None otherwise",
+    )
 
 
 class SessionClosed(BaseModel):

@@ -14,15 +14,21 @@ A recent window is the difference of two readings taken at its ends::
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import Metric
 
 Buckets = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), ascending
 
 
-def read_buckets(
-    registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None
-) -> Buckets:
+class Collects(Protocol):
+    """A Prometheus registry, or anything that collects metrics like one."""
+
+    def collect(self) -> Iterable[Metric]: ...
+
+
+def read_buckets(registry: Collects, name: str, labels: dict[str, str] | None = None) -> Buckets:
     """The cumulative buckets of histogram ``name`` (without ``_bucket``); empty if unknown."""
     wanted = labels or {}
     out: list[tuple[float, float]] = []

@@ -122,7 +122,7 @@ class EpisodeRunner:
         record = EpisodeRecorder(key)
         try:
             observation, _ = await aio.areset(env, seed=spec.task_seed)
-            tools = _tools(env)
+            tools = env_tools(env)
             prompt = self._codec.first_prompt(list(observation), tools=tools)
         except Exception as exc:  # the env could not start: not the policy's doing
             record.fail(f"reset failed: {exc!r}")
@@ -172,7 +172,7 @@ def opening_budget(
 ) -> ContextBudget:
     """The context budget of an env's episodes, from its opening messages: the prompt as it
     renders, and one reply the size of the opening's last message per turn."""
-    prompt = len(codec.first_prompt(opening, tools=_tools(env)))
+    prompt = len(codec.first_prompt(opening, tools=env_tools(env)))
     reply = len(codec.continuation(opening[-1:], stopped=True)) if opening else 0
     spec = getattr(env, "spec", None)
     return ContextBudget(
@@ -184,7 +184,8 @@ def opening_budget(
     )
 
 
-def _tools(env: Any) -> list[dict[str, Any]] | None:
+def env_tools(env: Any) -> list[dict[str, Any]] | None:
+    """The env's tools (``env.tools``, OpenAI function format), or None if it has none."""
     try:
         tools = env.get_wrapper_attr("tools")
     except AttributeError:

@@ -6,7 +6,9 @@ Every answer carries the policy version (body ``policy_version``, header
 
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
 ``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.toolcalls``);
-the sampled ids are recorded whole either way. ``n`` choices are ``n`` generations of one
+the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
+and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
+answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
@@ -49,6 +51,7 @@ from rollgym.server.routes.openai_schema import (
     usage,
 )
 from rollgym.server.routes.openai_stream import chat_chunks, sse
+from rollgym.server.sessions import ModelAnswer
 from rollgym.server.toolcalls import parse_tool_calls
 
 router = APIRouter(prefix="/v1")
@@ -79,9 +82,11 @@ async def chat_completions(
     content_chars = sum(len(m["content"]) for m in messages)  # rendered as they are
     codec.check_chars(content_chars, services.settings.engine.max_model_len)
     session_id = body.session_id or x_rollgym_session
+    answer_id = uuid.uuid4().hex
     if session_id is not None:
         if body.n > 1:
             raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
+        turn = _SessionAnswer(codec, body, answer_id)
         generation = await services.sessions.generate(
             session_id,
             messages,
@@ -90,17 +95,22 @@ async def chat_completions(
             tools=tools,
             stop=body.stop_strings,
             seed=body.seed,
-            shown=lambda g: _message(codec, body, g).content or "",
+            answer=turn,
         )
-        generations, prompt_ids = [generation], None
+        generations, prompt_ids, shown = [generation], None, turn.shown
     else:
         prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
         generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+        shown = None
     services.quotas.charge_tokens(agent, sum(len(g.token_ids) for g in generations))
-    choices = await asyncio.to_thread(_choices, codec, body, generations)
+    if shown is not None and not body.logprobs:  # nothing left to decode: no thread hop
+        choices = _choices(codec, body, generations, answer_id, shown)
+    else:
+        choices = await asyncio.to_thread(_choices, codec, body, generations, answer_id, shown)
     first = generations[0]
     version = min(g.policy_version for g in generations)
-    answer = ChatCompletion(
+    completion = ChatCompletion(
+        id=f"rollgym-{answer_id}",
         model=body.model,
         choices=choices,
         usage=usage(
@@ -113,12 +123,12 @@ async def chat_completions(
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(
-            sse(chat_chunks(answer, include_usage=include_usage)),
+            sse(chat_chunks(completion, include_usage=include_usage)),
             media_type="text/event-stream",
             headers={VERSION_HEADER: str(version)},
         )
     response.headers[VERSION_HEADER] = str(version)
-    return answer
+    return completion
 
 
 async def _n_generations(
@@ -211,12 +221,20 @@ async def _prompt_ids(codec: ChatCodec, prompt: str | list[int], max_model_len: 
 
 
 def _choices(
-    codec: ChatCodec, body: ChatCompletionRequest, generations: Sequence[Generation]
+    codec: ChatCodec,
+    body: ChatCompletionRequest,
+    generations: Sequence[Generation],
+    answer_id: str,
+    shown: Sequence[ChatMessageOut] | None = None,
 ) -> list[ChatChoice]:
-    """The answer's choices (CPU work: a thread's)."""
+    """The answer's choices, with their messages ``shown`` already or made here (decoding and
+    per-token logprobs are CPU work: a thread's)."""
     choices = []
     for index, generation in enumerate(generations):
-        message = _message(codec, body, generation)
+        if shown is not None:
+            message = shown[index]
+        else:
+            message = _message(body, _written(codec, body, generation), f"{answer_id}_{index}")
         called = message.tool_calls and generation.finish_reason == "stop"
         token_logprobs = _token_logprobs(codec, generation) if body.logprobs else None
         choices.append(
@@ -232,20 +250,39 @@ def _choices(
     return choices
 
 
-def _message(
-    codec: ChatCodec, body: ChatCompletionRequest, generation: Generation
-) -> ChatMessageOut:
-    """The assistant's message as the client is shown it: text up to ``stop``, tool calls."""
-    text = _before_stop(codec.decode(generation.token_ids), body.stop_strings)
+class _SessionAnswer:
+    """A session turn's answer, made once as the session records it: the ``ModelAnswer`` it
+    keeps (as written, as shown) and the message its client is shown (``shown``)."""
+
+    def __init__(self, codec: ChatCodec, body: ChatCompletionRequest, answer_id: str):
+        self._codec, self._body, self._answer_id = codec, body, answer_id
+        self.shown: list[ChatMessageOut] = []
+
+    def __call__(self, generation: Generation) -> ModelAnswer:
+        written = _written(self._codec, self._body, generation)
+        message = _message(self._body, written, f"{self._answer_id}_0")
+        self.shown = [message]
+        ids = tuple(call.id for call in message.tool_calls or () if call.id is not None)
+        return ModelAnswer(written=written, content=message.content or "", tool_call_ids=ids)
+
+
+def _written(codec: ChatCodec, body: ChatCompletionRequest, generation: Generation) -> str:
+    """The answer's text as the model wrote it, up to the first ``stop`` text."""
+    return _before_stop(codec.decode(generation.token_ids), body.stop_strings)
+
+
+def _message(body: ChatCompletionRequest, text: str, call_prefix: str) -> ChatMessageOut:
+    """The assistant's message as the client is shown it: ``text``, its tool calls parsed out
+    (ids ``call_<call_prefix>_<k>``)."""
     if not body.parses_tools:
         return ChatMessageOut(content=text)
     reply = parse_tool_calls(text, {tool.function.name for tool in body.tools or ()})
     calls = [
         ToolCall(
-            id=f"call_{uuid.uuid4().hex[:24]}",
+            id=f"call_{call_prefix}_{k}",
             function=FunctionCall(name=call.name, arguments=call.arguments),
         )
-        for call in reply.calls
+        for k, call in enumerate(reply.calls)
     ]
     return ChatMessageOut(content=reply.content, tool_calls=calls or None)
 

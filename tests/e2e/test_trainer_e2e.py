@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from grpo_probe import assert_advantages_follow_rewards, probe_steps
 from transformers import AutoModelForCausalLM
 
 from rollgym.contract.wire import (
@@ -25,8 +26,6 @@ from rollgym.contract.wire import (
     Trajectory,
 )
 from rollgym.run.server_process import ServerProcess
-from rollgym.trainer import feed, grpo
-from rollgym.trainer.batch import RolloutBatch
 from rollgym.trainer.checkpoint import latest_checkpoint
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
@@ -187,30 +186,15 @@ def test_grouped_sessions_reach_a_grpo_step(
     lasts = closed[GROUP_SIZE - 1 :: GROUP_SIZE]
     assert all(c.persisted and c.group_pending == 0 for c in lasts)
 
-    batches: list[RolloutBatch] = []
-    outputs: list[dict[str, torch.Tensor]] = []
-    build, score = feed.build_batch, grpo.ServerGRPOTrainer._generate_and_score_completions
-    monkeypatch.setattr(feed, "build_batch", lambda *a: batches.append(build(*a)) or batches[-1])
-    monkeypatch.setattr(
-        grpo.ServerGRPOTrainer,
-        "_generate_and_score_completions",
-        lambda self, inputs: outputs.append(score(self, inputs)) or outputs[-1],
-    )
+    probe = probe_steps(monkeypatch)
     start = client.policy_version()
     result = train(_config(tmp_path / "run", steps=1), client, default_model_dir, printer=None)
 
     assert result.steps == 1 and client.policy_version() == start + 2  # start weights + 1 step
-    [batch], [output] = batches, outputs
+    [batch], [output] = probe.batches, probe.outputs
     assert set(batch.group_id) == {c.group_id for c in closed}  # the sessions' groups, all
     assert all(batch.trajectory_valid)  # G sessions each: no zero-weight padding
-    rewards = torch.tensor(batch.trajectory_reward).view(GROUPS, GROUP_SIZE)
-    advantages = output["advantages"].view(GROUPS, GROUP_SIZE)
-    varied = rewards.max(dim=1).values > rewards.min(dim=1).values
-    assert varied.any() and torch.equal(advantages.abs().amax(dim=1) > 1e-6, varied), (
-        rewards,
-        advantages,
-    )
-    torch.testing.assert_close(advantages.sum(dim=1), torch.zeros(GROUPS), atol=1e-3, rtol=0)
+    assert_advantages_follow_rewards(batch, output, GROUPS, GROUP_SIZE)
 
 
 def test_a_restart_brings_the_server_back_to_the_checkpoint(

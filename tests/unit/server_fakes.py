@@ -8,6 +8,8 @@
   seeded RNG, then the end-of-turn token, so GuessNumber groups have reward variance.
 * ``settings``: the server's settings with the admin token and one agent key
   (``AGENT_NAME``, ``AGENT_KEY``).
+* ``sandboxed_app``: the app on a fake engine with one fake box (a host process), for the
+  sandboxed envs (ToolUse) through HTTP.
 * ``in_process``: an app's lifespan plus an httpx client over ``ASGITransport`` that sends
   the agent key on the ``/v1/`` routes, as an agent does (``AgentAuth``).
 * ``safetensors_bytes``: a checkpoint that fits ``FAKE_MANIFEST`` (or does not).
@@ -170,6 +172,22 @@ def guessing_script(codec: ChatCodec, seed: int = 0) -> Callable[[Sequence[int]]
 def settings(tmp_path: Path, **overrides: Any) -> ServerSettings:
     overrides.setdefault("agents", AgentKeysConfig(keys={AGENT_NAME: AGENT_KEY}))
     return ServerSettings(admin_token=ADMIN_TOKEN, data_dir=tmp_path / "data", **overrides)
+
+
+def sandboxed_app(tmp_path: Path, engine: FakeEngine) -> FastAPI:
+    """The app on ``engine`` with a pool of one ``FakeSandboxPool`` box."""
+    from rollgym.sandboxes.config import PoolConfig
+    from rollgym.sandboxes.fake import FakeSandboxPool
+    from rollgym.server.app import create_app
+    from rollgym.server.config import SandboxSettings
+
+    return create_app(
+        settings(tmp_path, sandboxes=SandboxSettings(pool_size=1)),
+        engine_factory=engine_factory(engine),
+        pool_factory=lambda config, sink: FakeSandboxPool(
+            PoolConfig(size=1, health_interval_s=0), metrics=sink
+        ),
+    )
 
 
 class AgentAuth(httpx.Auth):

@@ -7,13 +7,17 @@ import random
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.registry import Collector
 
 from rollgym.contract.dashboard import TrainerReport
 from rollgym.contract.wire import Trajectory, TrajectoryGroup, TurnRecord
+from rollgym.server.buffer import BufferDepth
 from rollgym.server.config import DashboardConfig
 from rollgym.server.dashboard.intervals import IntervalSet
 from rollgym.server.dashboard.quantiles import difference, quantile, read_buckets, total
-from rollgym.server.dashboard.recorder import DashboardRecorder, Reading, env_spans
+from rollgym.server.dashboard.recorder import ENVIRONMENT, DashboardRecorder, Reading, env_spans
+from rollgym.server.dashboard.sampler import read_server
+from rollgym.server.metrics import ServerMetrics
 from rollgym.trainer.stages import covered as trainer_covered
 
 # --- IntervalSet ---------------------------------------------------------------------------
@@ -89,6 +93,29 @@ def test_no_observations_no_quantile() -> None:
     registry, _ = _histogram()
     assert quantile(read_buckets(registry, "t_seconds"), 0.5) is None
     assert read_buckets(registry, "no_such_histogram") == ()
+
+
+class CountingCollector(Collector):
+    def __init__(self) -> None:
+        self.collections = 0
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        self.collections += 1
+        return iter(())
+
+
+def test_a_reading_collects_the_registry_once() -> None:
+    """Each collection runs every collector (the cost board's is costly): one per reading."""
+    metrics = ServerMetrics()
+    metrics.trajectories.labels(source="session").inc(3)
+    metrics.dropped.labels(reason="stale").inc(2)
+    metrics.env_step.observe(0.2)
+    counting = CountingCollector()
+    metrics.registry.register(counting)
+    reading = read_server(metrics.registry, 4, BufferDepth(ready=1), at=0.0)
+    assert counting.collections == 1
+    assert reading.trajectories == 3 and reading.dropped["stale"] == 2
+    assert total(reading.histograms[ENVIRONMENT]) == 1 and reading.policy_version == 4
 
 
 def test_a_window_is_the_difference_of_two_readings() -> None:

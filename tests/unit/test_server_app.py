@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from server_fakes import (
@@ -26,6 +27,7 @@ from rollgym.server.app import create_app
 from rollgym.server.config import SessionConfig
 from rollgym.server.engine.fake import fake_logprob
 from rollgym.server.env_access import EnvAccessConfig
+from rollgym.server.sessions import INLINE_CHARS, SessionManager
 
 GUESS = "rollgym/GuessNumber-v0"
 ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right
@@ -182,6 +184,33 @@ async def test_an_external_agents_episode_becomes_a_trajectory(client, codec) ->
         "/admin/buffer/ack", json={"group_ids": [group.group_id]}, headers=ADMIN
     )
     assert acked.json() == {"acked": 1}
+
+
+async def test_a_turns_few_new_characters_are_tokenized_on_the_loop_more_in_a_thread(
+    client, monkeypatch
+) -> None:
+    on_loop: list[bool] = []
+    context = SessionManager._context
+
+    def spied(self, *args):  # type: ignore[no-untyped-def]
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return context(self, *args)
+
+    monkeypatch.setattr(SessionManager, "_context", spied)
+    session = (await client.post("/v1/sessions", json={"env_id": GUESS, "seed": 1})).json()
+    messages = session["observation"]
+    long = ("the " * INLINE_CHARS)[: INLINE_CHARS + 1]  # fits the context: a token a word
+    for note in (None, "a short note", long):  # the first call adds nothing to the opening
+        if note is not None:
+            messages = [*messages, {"role": "user", "content": note}]
+        chat = await client.post(
+            "/v1/chat/completions",
+            json={"model": "rollgym-tiny", "messages": messages},
+            headers={"X-Rollgym-Session": session["session_id"]},
+        )
+        messages = [*messages, chat.json()["choices"][0]["message"]]
+    # the first prompt (request tools too) and the long note: a thread; the short note: the loop
+    assert on_loop == [False, True, False]
 
 
 async def test_session_messages_that_rewrite_history_are_refused(client) -> None:
