@@ -132,10 +132,16 @@ def get_cluster(request: Request) -> Cluster:
     return cluster
 
 
-ClusterDep = Annotated[Cluster, Depends(get_cluster)]
+async def _cluster(request: Request) -> Cluster:
+    """The dependency, ``async`` like every one here: FastAPI runs a plain ``def`` one in its
+    thread pool, a thread hop per request (server/routes/deps.py has the measurement)."""
+    return get_cluster(request)
 
 
-def require_admin(
+ClusterDep = Annotated[Cluster, Depends(_cluster)]
+
+
+async def require_admin(
     cluster: ClusterDep, authorization: Annotated[str | None, Header()] = None
 ) -> None:
     if not authorization:
