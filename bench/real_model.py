@@ -7,14 +7,13 @@ Rows, each against a baseline measured in the same run:
 1. **generation**, batch 1 and batch 32: generated tokens/s and CPU-seconds (this process and
    its children) per 1,000 generated tokens through the server's engine, vs transformers'
    ``generate`` on the same prompts one at a time (what a user without vLLM would run);
-2. **weight update**: the model's own weights (538 MB) through the server's updater
-   (receive, check, swap) vs a memory copy of the same bytes;
-3. **the preset run** (``rollgym run --preset smollm2``, unless ``--skip-run``): held-out
+2. **the preset run** (``rollgym run --preset smollm2``, unless ``--skip-run``): held-out
    success of the pretrained model and of the RL policy on the same 200 held-out seeds,
    with 95% Wilson intervals and the difference's; a GRPO step's time against the sampling
    time per step of the same run; the trainer's and the server's peak memory.
 
-The model is pulled first if needed. The machine is noisy: compare ratios within a run.
+Its weight updates (538 MB) against a memory copy are ``bench.http``'s. The model is
+pulled first if needed. The machine is noisy: compare ratios within a run.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 from bench.learning import difference_interval
-from bench.server import Row, cpu_seconds, print_table, weight_rows
+from bench.server import Row, cpu_seconds, print_table
 from rollgym.contract import paths
 from rollgym.contract.wire import SamplingSettings
 from rollgym.models.catalog import CATALOG
@@ -106,7 +105,6 @@ async def engine_rows(model_dir: Path, episodes: int) -> list[Row]:
                     f"{NEW_TOKENS} new tokens per prompt, temperature 1",
                 )
             )
-        rows += await weight_rows(engine, model_dir)
     return rows
 
 

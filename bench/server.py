@@ -17,13 +17,11 @@ One vLLM engine (the default model) serves every row:
    model time being the raw engine's time for the same tokens (target <= 1.15): the
    runner keeps more episodes in flight than env slots, so generation hides behind env
    waits.
-4. **weight update**: swapping in the served model's own weights through the updater
-   (stage, check, reload, prefix reset) vs a plain memory copy of the same bytes; GB/s.
-5. **HTTP**: one-token completions over uvicorn on loopback vs the engine in-process
-   (median latency; the difference is the HTTP overhead per call).
-6. **cost** on GuessNumber (a real env): tokens/s, CPU-seconds (server + engine process)
+4. **cost** on GuessNumber (a real env): tokens/s, CPU-seconds (server + engine process)
    per 1,000 generated tokens, and the long tail: the share of wall time spent waiting
    for the slowest 10% of episodes.
+
+The HTTP overhead per call and weight updates against a memory copy are ``bench.http``'s.
 
 Timings on a shared machine are noisy: rows interleave their runs with their baseline's
 (``--repeats``) and keep the best of each; compare ratios, not absolute numbers. vLLM's
@@ -39,18 +37,16 @@ import asyncio
 import contextlib
 import os
 import random
-import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import psutil  # vLLM's own dependency
-import torch
 
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
@@ -63,8 +59,6 @@ from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.weights.store import PolicyStore
-from rollgym.server.weights.updater import WeightUpdater
 
 Row = tuple[str, str, str, str, str]  # what, measured, baseline, ratio, target
 
@@ -113,22 +107,6 @@ class BenchEnvs:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.slots)
         return BenchEnv(self.turns, self.latency_s, self._slots)
-
-
-class Borrowed:
-    """The bench's engine lent to an app: the app must not start or stop it."""
-
-    def __init__(self, engine: VLLMEngine):
-        self._engine = engine
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def start(self) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass
 
 
 # --- raw engine -------------------------------------------------------------------------
@@ -300,94 +278,7 @@ async def runner_rows(
     return rows
 
 
-# --- weights, HTTP, cost ----------------------------------------------------------------
-
-
-async def chunks(data: bytes, size: int = 1 << 20) -> AsyncIterator[bytes]:
-    for start in range(0, len(data), size):
-        yield data[start : start + size]
-
-
-async def weight_rows(engine: VLLMEngine, model_dir: Path) -> list[Row]:
-    data = (model_dir / "model.safetensors").read_bytes()
-    with tempfile.TemporaryDirectory() as tmp:
-        updater = WeightUpdater(
-            engine,
-            Path(tmp) / "staging",
-            PolicyStore(Path(tmp) / "policy"),
-            max_bytes=1 << 34,
-            metrics=ServerMetrics(),
-            aliases=engine.tied_aliases(),
-        )
-        updates, loads, applies = [], [], []
-        for _ in range(3):
-            started = time.perf_counter()
-            result = await updater.from_stream(chunks(data), expected_version=None)
-            updates.append(time.perf_counter() - started)
-            loads.append(result.load_s)
-            applies.append(result.apply_s)
-    source = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    copies = []
-    for _ in range(5):
-        started = time.perf_counter()
-        source.clone()
-        copies.append(time.perf_counter() - started)
-    update, copy = statistics.median(updates), statistics.median(copies)
-    gb = len(data) / 1e9
-    return [
-        (
-            f"weight update ({len(data) / 1e6:.1f} MB)",
-            f"{update * 1e3:.0f} ms, {gb / update:.3f} GB/s",
-            f"memcpy {copy * 1e3:.2f} ms, {gb / copy:.1f} GB/s",
-            f"{update / copy:.0f}x",
-            f"receive+check {statistics.median(loads) * 1e3:.0f} ms, "
-            f"swap {statistics.median(applies) * 1e3:.0f} ms",
-        )
-    ]
-
-
-async def http_rows(engine: VLLMEngine, model_dir: Path, calls: int = 30) -> list[Row]:
-    import httpx
-
-    from rollgym.run.loopback import on_loopback
-    from rollgym.server.agent_keys import AgentKeysConfig
-    from rollgym.server.app import create_app
-    from rollgym.server.config import ServerSettings
-
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = ServerSettings(
-            admin_token="bench-admin-token-0000",
-            data_dir=Path(tmp),
-            engine=engine.config,
-            agents=AgentKeysConfig(keys={"bench": "bench-agent-key-000000"}),
-        )
-        app = create_app(settings, engine_factory=lambda config: Borrowed(engine))  # type: ignore[arg-type,return-value]
-        prompt = [1, 2, 3, 4, 5]
-        body = {"model": settings.engine.model_name, "prompt": prompt, "max_tokens": 1}
-        one = SamplingSettings(temperature=1.0, max_tokens=1)
-        http, local = [], []
-        agent = {"Authorization": "Bearer bench-agent-key-000000"}
-        async with (
-            on_loopback(app) as url,
-            httpx.AsyncClient(base_url=url, headers=agent) as client,
-        ):
-            for _ in range(calls):
-                started = time.perf_counter()
-                (await client.post("/v1/completions", json=body)).raise_for_status()
-                http.append(time.perf_counter() - started)
-                started = time.perf_counter()
-                await engine.generate(prompt, one)
-                local.append(time.perf_counter() - started)
-    h, i = statistics.median(http), statistics.median(local)
-    return [
-        (
-            "HTTP call vs engine in-process (1 token)",
-            f"{h * 1e3:.1f} ms",
-            f"{i * 1e3:.1f} ms",
-            f"{h / i:.2f}",
-            f"overhead {(h - i) * 1e3:.1f} ms/call",
-        )
-    ]
+# --- cost -----------------------------------------------------------------------------
 
 
 def cpu_seconds() -> float:
@@ -420,9 +311,11 @@ async def cost_rows(engine: VLLMEngine, codec: ChatCodec, episodes: int) -> list
     ]
 
 
-def print_table(rows: list[Row]) -> None:
-    headers = ("row", "measured", "baseline (same run)", "ratio", "target / note")
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(5)]
+HEADERS = ("row", "measured", "baseline (same run)", "ratio", "target / note")
+
+
+def print_table(rows: Sequence[tuple[str, ...]], headers: tuple[str, ...] = HEADERS) -> None:
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     line = "  ".join("-" * w for w in widths)
     print(line)
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
@@ -439,8 +332,6 @@ async def main(args: argparse.Namespace) -> None:
     async with VLLMEngine(config) as engine:
         rows = await logprob_rows(engine, args.episodes, args.repeats)
         rows += await runner_rows(engine, codec, args.episodes, args.env_latency, args.repeats)
-        rows += await weight_rows(engine, model_dir)
-        rows += await http_rows(engine, model_dir)
         rows += await cost_rows(engine, codec, args.episodes)
     print_table(rows)
 

@@ -161,6 +161,7 @@ class _Usage:
     charges: collections.deque[tuple[float, int]] = dataclasses.field(
         default_factory=collections.deque
     )  # (when, tokens), oldest first
+    charged: int = 0  # the tokens of ``charges``: each call reads it, none sums the window
 
 
 class QuotaLedger:
@@ -214,15 +215,17 @@ class QuotaLedger:
 
     def charge_tokens(self, agent: Agent, tokens: int) -> None:
         if tokens > 0:
-            self._usage[agent.name].charges.append((self._clock(), tokens))
+            usage = self._usage[agent.name]
+            usage.charges.append((self._clock(), tokens))
+            usage.charged += tokens
 
     def tokens_used(self, name: str) -> int:
         """Tokens ``name`` generated in the window (older charges are dropped here)."""
-        charges = self._usage[name].charges
+        usage = self._usage[name]
         cutoff = self._clock() - self._window_s
-        while charges and charges[0][0] <= cutoff:
-            charges.popleft()
-        return sum(tokens for _, tokens in charges)
+        while usage.charges and usage.charges[0][0] <= cutoff:
+            usage.charged -= usage.charges.popleft()[1]
+        return usage.charged
 
     def held(self, name: str) -> tuple[int, int]:
         """``(sessions, sandboxes)`` that ``name`` holds now."""

@@ -10,7 +10,8 @@ episodes kept aside as invalid), the buffer closes, the pool's boxes are removed
 engine shuts down.
 
 Every request passes ``server.guards``: a capped body, and a last-resort answer in the one
-error body for anything no handler translated.
+error body for anything no handler translated; ``server.timing`` adds to each answer the
+server's own reading of where the request's time went (``Server-Timing``).
 
     app = create_app(ServerSettings(admin_token="..."))      # uvicorn.run(app)
 """
@@ -52,6 +53,7 @@ from rollgym.server.rollout.runner import RolloutRunner
 from rollgym.server.routes import admin, agents, archive, openai
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions import SessionManager
+from rollgym.server.timing import ServerTiming
 from rollgym.server.weights.base import StagedWeights
 from rollgym.server.weights.safetensors_check import checkpoint_files
 from rollgym.server.weights.store import PolicyStore
@@ -90,6 +92,7 @@ def create_app(
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_body_bytes, exempt=frozenset({UPLOAD_ROUTE})
     )
+    app.add_middleware(ServerTiming)
     return app
 
 

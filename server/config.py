@@ -105,6 +105,12 @@ class EngineConfig(_Config):
     seed: int = 0
     in_flight: InFlightPolicy = "finish"
     weight_transfer: Literal["reload", "nccl"] = "reload"
+    staged_updates: bool = Field(
+        True,
+        description="load a file update into a second copy of the weights while the old "
+        "ones serve, so that only the swap pauses the engine (server.engine.staging); needs "
+        "memory for that copy while it loads. False reloads in place inside the pause",
+    )
     sampling: SamplingSettings = Field(
         default_factory=SamplingSettings, description="defaults of the OpenAI routes"
     )
@@ -112,8 +118,8 @@ class EngineConfig(_Config):
     swap_timeout_s: float = Field(
         300.0,
         gt=0,
-        description="deadline of one weight swap (pause, reload, cache reset); past it the "
-        "old weights are restored and the update answers 503",
+        description="deadline of one weight swap (load, pause, swap, cache reset); past it "
+        "the old weights are restored and the update answers 503",
     )
     speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
 

@@ -20,11 +20,11 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a folder's entries (a rename, a new file) durable."""
+def fsync_path(path: Path) -> None:
+    """Make a file's data, or a folder's entries (a rename, a new file), durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

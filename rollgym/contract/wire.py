@@ -356,7 +356,9 @@ class WeightsFromPath(_Input):
 class WeightUpdateResult(BaseModel):
     policy_version: int
     bytes: int
-    load_s: float = Field(description="time to read and check the weights")
+    load_s: float = Field(
+        description="time to receive, check and load the weights while the old ones served"
+    )
     apply_s: float = Field(description="time the engine was paused to swap them")
     in_flight_policy: Literal["finish", "abort"]
 

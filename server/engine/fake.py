@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import InFlightPolicy
 from rollgym.server.errors import NotEnabled
 from rollgym.server.policy import FinishReason, Generation
-from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
+from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, Swap, TensorSpec
 
 Script = Callable[[Sequence[int]], Sequence[int]]
 FAKE_MANIFEST: Manifest = {"model.embed_tokens.weight": TensorSpec("F32", (8, 4))}
@@ -129,14 +130,15 @@ class FakeEngine:
         self.swapped.append(weights)
         self._version = version
 
-    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
+    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> Swap:
+        started = time.perf_counter()
         async with self._swap_lock:
             async with self._idle:
                 await self._idle.wait_for(lambda: self._running == 0)
             self.swapped.append(weights)
             self._contexts.clear()
             self._version += 1
-            return self._version
+            return Swap(self._version, load_s=0.0, pause_s=time.perf_counter() - started)
 
 
 def _cut(

@@ -1,7 +1,8 @@
 """``ObservedEngine``: any ``PolicyEngine``, with every generation handed to observers.
 
 The server hangs its metrics and its dashboard on the one engine the runner and the
-sessions share, so neither has to know about them:
+sessions share, so neither has to know about them; each call also counts as the current
+request's engine time (``server.timing``):
 
     policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
 """
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.policy import Generation, PolicyEngine
+from rollgym.server.timing import engine_span
 
 GenerationObserver = Callable[[Generation], None]
 
@@ -37,14 +39,15 @@ class ObservedEngine:
         seed: int | None = None,
         request_id: str | None = None,
     ) -> Generation:
-        generation = await self._engine.generate(
-            prompt_ids,
-            sampling,
-            stop_token_ids=stop_token_ids,
-            stop=stop,
-            seed=seed,
-            request_id=request_id,
-        )
+        with engine_span():
+            generation = await self._engine.generate(
+                prompt_ids,
+                sampling,
+                stop_token_ids=stop_token_ids,
+                stop=stop,
+                seed=seed,
+                request_id=request_id,
+            )
         for observe in self._observers:
             observe(generation)
         return generation

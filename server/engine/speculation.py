@@ -50,7 +50,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,33 @@ class WindowRule:
         if window.tokens < self.min_tokens:
             return False
         return window.tokens >= self.tokens or window.busy_s >= self.busy_s
+
+
+def metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: int = 0) -> Any:
+    """A vLLM stat logger that logs nothing and hands each engine step to ``meter``."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class MeteringStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0):
+            pass
+
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any
+        ) -> None:
+            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
+            meter.step(
+                generated=iteration_stats.num_generation_tokens if iteration_stats else 0,
+                prompt=iteration_stats.num_prompt_tokens if iteration_stats else 0,
+                running=scheduler_stats.num_running_reqs if scheduler_stats else 0,
+                drafts=spec.num_drafts if spec else 0,
+                drafted=spec.num_draft_tokens if spec else 0,
+                accepted=spec.num_accepted_tokens if spec else 0,
+            )
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return MeteringStatLogger(vllm_config, engine_index)
 
 
 class SpeculationController:

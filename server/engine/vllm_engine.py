@@ -14,17 +14,20 @@ drafter and ``server.engine.speculation`` switches drafting on and off by measur
 acceptance and rate; ``meter`` adds up the engine's steps (tokens, busy time, drafts) from
 vLLM's stat-logger records either way.
 
-Weight swaps (see ``EngineConfig.in_flight``): new requests wait while a swap runs; with
-``finish`` vLLM drains the running requests on the old weights first, with ``abort`` it
-aborts them and this class submits them again on the new weights. Then the workers reload
-the weights, the prefix cache is reset, the version moves, and generation resumes.
+Weight swaps (see ``EngineConfig.in_flight``): first the workers load the new file
+weights into a shadow of the model while the old ones keep serving (``staged_updates``,
+``server.engine.staging``). Then the pause: new requests wait; with ``finish`` vLLM drains
+the running requests on the old weights, with ``abort`` it aborts them and this class
+submits them again on the new weights; the prefix cache is cleared, the workers swap the
+staged weights in (or, unstaged, reload them in place), the version moves, and generation
+resumes.
 
-A swap has a deadline (``swap_timeout_s``). Running requests that do not finish in time
-leave the old weights in place (nothing was touched). A reload that fails reloads the last
-good weights; one that fails again, or that passes the deadline (a hung worker), costs
-the engine: its process is shut down and a fresh engine starts on the last good weights,
-at the same version. Either way the update answers 503 with the reason, and the version
-has not moved.
+A swap has a deadline (``swap_timeout_s``) over all of it. A load that fails, or running
+requests that do not finish in time, leave the old weights in place (nothing was touched).
+A swap or reload that fails midway reloads the last good weights; one that fails again, or
+anything that passes the deadline (a hung worker), costs the engine: its process is shut
+down and a fresh engine starts on the last good weights, at the same version. Either way
+the update answers 503 with the reason, and the version has not moved.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import EngineConfig, InFlightPolicy
@@ -48,11 +51,12 @@ from rollgym.server.engine.speculation import (
     SpeculationController,
     SpeculationGate,
     WindowRule,
+    metering_stat_logger,
 )
 from rollgym.server.engine.worker_ext import RollgymWorkerExtension
 from rollgym.server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
 from rollgym.server.policy import FinishReason, Generation
-from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights
+from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, Swap
 from rollgym.server.weights.safetensors_check import TORCH_DTYPE, checkpoint_files, read_manifest
 
 if TYPE_CHECKING:
@@ -62,6 +66,7 @@ logger = logging.getLogger(__name__)
 # vLLM imports the worker extension by name, in the engine core process.
 WORKER_EXTENSION = f"{RollgymWorkerExtension.__module__}.{RollgymWorkerExtension.__qualname__}"
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length"}
+_STAGING_POLL_S = 0.002  # a poll is one message the engine answers between steps
 
 
 @dataclasses.dataclass
@@ -156,7 +161,7 @@ class VLLMEngine:
         # the meter.
         return AsyncLLM.from_vllm_config(
             vllm_config,
-            stat_loggers=[functools.partial(_metering_stat_logger, self.meter)],
+            stat_loggers=[functools.partial(metering_stat_logger, self.meter)],
             disable_log_stats=True,
         )
 
@@ -334,24 +339,57 @@ class VLLMEngine:
             return {}
         return {} if "lm_head.weight" in self._manifest else {"lm_head.weight": embedding}
 
-    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
+    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> Swap:
         async with self._swap_lock:
+            deadline = time.monotonic() + self.config.swap_timeout_s
+            started = time.perf_counter()
+            staged = await self._stage(weights, deadline)
+            paused = time.perf_counter()
             self._serving.clear()
             self._swaps += 1
             try:
-                await self._swap(weights, time.monotonic() + self.config.swap_timeout_s)
+                await self._paused_swap(weights, staged, deadline)
             finally:
                 self._serving.set()
-        return self._version
+            return Swap(
+                self._version, load_s=paused - started, pause_s=time.perf_counter() - paused
+            )
 
-    async def _swap(self, weights: StagedWeights | NcclWeights, deadline: float) -> None:
-        """Pause, reload, reset, bump; see the module docstring for what a failure does."""
+    async def _stage(self, weights: StagedWeights | NcclWeights, deadline: float) -> bool:
+        """Load file weights into the workers' shadow model while the old ones serve
+        (``engine.staged_updates``); whether it did. A failure leaves nothing touched."""
+        if not (isinstance(weights, StagedWeights) and self.config.staged_updates):
+            return False
+        llm = self._engine()
+        try:
+            async with asyncio.timeout_at(_loop_time(deadline)):
+                await llm.collective_rpc("rollgym_stage_safetensors", args=_file_args(weights))
+                while await llm.collective_rpc("rollgym_staged") == [None]:  # noqa: ASYNC110
+                    await asyncio.sleep(_STAGING_POLL_S)
+        except TimeoutError as exc:  # a hung worker: only a fresh engine is sure to be sane
+            await self._restart_after(exc)
+        except Exception as exc:
+            raise EngineFailure(f"the swap failed; the old weights keep serving: {exc!r}") from exc
+        return True
+
+    async def _paused_swap(
+        self, weights: StagedWeights | NcclWeights, staged: bool, deadline: float
+    ) -> None:
+        """Pause, swap, bump; see the module docstring for what a failure does.
+
+        The pause clears the prefix cache once running requests are done, and nothing runs
+        before the resume, so no stale prefix survives the swap. It calls the engine core
+        directly: ``AsyncLLM.pause_generation`` adds a fixed 20 ms sleep that vLLM says is
+        "not required for correctness" and clears a multimodal cache text models lack.
+        """
         llm = self._engine()
         mode: Literal["wait", "abort"] = "wait" if self.config.in_flight == "finish" else "abort"
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                await llm.pause_generation(mode=mode, clear_cache=True)
+                await llm.engine_core.pause_scheduler_async(mode=mode, clear_cache=True)
         except TimeoutError:
+            if staged:
+                await llm.collective_rpc("rollgym_discard_staged")
             await llm.resume_generation()
             raise EngineFailure(
                 f"running requests did not finish within the swap's deadline "
@@ -360,26 +398,30 @@ class VLLMEngine:
             ) from None
         try:
             async with asyncio.timeout_at(_loop_time(deadline)):
-                await self._apply_or_recover(weights)
-                await llm.reset_prefix_cache()
+                await self._apply_or_recover(weights, staged)
         except EngineFailure:  # the old weights are back
             await llm.resume_generation()
             raise
         except Exception as exc:  # past the deadline, or the recovery failed too
-            logger.exception("weight swap failed; restarting the engine on the last good weights")
-            reason = "passed its deadline" if isinstance(exc, TimeoutError) else f"failed ({exc!r})"
-            await self._restart()
-            raise EngineFailure(
-                f"the weight swap {reason}; the engine restarted on the last good weights, "
-                f"version {self._version} keeps serving"
-            ) from exc
+            await self._restart_after(exc)
         self._version += 1
         await llm.update_weight_version(str(self._version))
         await llm.resume_generation()
 
-    async def _apply_or_recover(self, weights: StagedWeights | NcclWeights) -> None:
+    async def _restart_after(self, exc: Exception) -> NoReturn:
+        logger.error(
+            "weight swap failed; restarting the engine on the last good weights", exc_info=exc
+        )
+        reason = "passed its deadline" if isinstance(exc, TimeoutError) else f"failed ({exc!r})"
+        await self._restart()
+        raise EngineFailure(
+            f"the weight swap {reason}; the engine restarted on the last good weights, "
+            f"version {self._version} keeps serving"
+        ) from exc
+
+    async def _apply_or_recover(self, weights: StagedWeights | NcclWeights, staged: bool) -> None:
         try:
-            await self._apply(weights)
+            await self._apply(weights, staged=staged)
         except Exception as exc:
             logger.exception("weight swap failed; reloading the last good weights")
             await self._apply(self._last_good)  # raising here: the caller restarts
@@ -387,13 +429,14 @@ class VLLMEngine:
         if isinstance(weights, StagedWeights):
             self._last_good = weights
 
-    async def _apply(self, weights: StagedWeights | NcclWeights) -> None:
+    async def _apply(self, weights: StagedWeights | NcclWeights, *, staged: bool = False) -> None:
+        """Swap in staged weights, or reload ``weights`` in place (the engine is paused)."""
         llm = self._engine()
+        if staged:
+            await llm.collective_rpc("rollgym_swap_staged")
+            return
         if isinstance(weights, StagedWeights):
-            await llm.collective_rpc(
-                "rollgym_reload_safetensors",
-                args=([str(f) for f in weights.files], dict(weights.renames), sorted(weights.skip)),
-            )
+            await llm.collective_rpc("rollgym_reload_safetensors", args=_file_args(weights))
             return
         self._require_nccl()
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
@@ -422,6 +465,11 @@ class VLLMEngine:
                 "NCCL weight transfer is off: start the server with "
                 "ROLLGYM_ENGINE__WEIGHT_TRANSFER=nccl on a GPU host"
             )
+
+
+def _file_args(weights: StagedWeights) -> tuple[list[str], dict[str, str], list[str]]:
+    """What the worker's file methods take: paths, renames, names to skip."""
+    return [str(f) for f in weights.files], dict(weights.renames), sorted(weights.skip)
 
 
 def _loop_time(monotonic_deadline: float) -> float:
@@ -485,30 +533,3 @@ def _sampled_logprobs(logprobs: Any, count: int) -> list[float]:
     if logprobs is None:
         raise EngineFailure("the engine returned no logprobs")
     return [float(logprobs.logprobs[logprobs.start_indices[i]]) for i in range(count)]
-
-
-def _metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: int = 0) -> Any:
-    """A vLLM stat logger that logs nothing and hands each engine step to ``meter``."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class MeteringStatLogger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0):
-            pass
-
-        def record(
-            self, scheduler_stats: Any, iteration_stats: Any, *args: Any, **kwargs: Any
-        ) -> None:
-            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
-            meter.step(
-                generated=iteration_stats.num_generation_tokens if iteration_stats else 0,
-                prompt=iteration_stats.num_prompt_tokens if iteration_stats else 0,
-                running=scheduler_stats.num_running_reqs if scheduler_stats else 0,
-                drafts=spec.num_drafts if spec else 0,
-                drafted=spec.num_draft_tokens if spec else 0,
-                accepted=spec.num_accepted_tokens if spec else 0,
-            )
-
-        def log_engine_initialized(self) -> None:
-            pass
-
-    return MeteringStatLogger(vllm_config, engine_index)

@@ -1,20 +1,74 @@
 """Methods vLLM injects into its workers (``worker_extension_cls``), called by collective_rpc.
 
 vLLM's CPU build repacks linear weights for its kernels after loading, so weights cannot be
-copied into the model's parameters directly; the worker's ``reload_weights`` in checkpoint
-format redoes the loading and repacking. Tensors cannot travel in collective_rpc arguments,
-so the engine passes file paths and the worker reads the tensors itself. This module runs
-inside the engine process: it imports nothing from the rest of ``server``.
+copied into the model's parameters directly. Two ways in, both from safetensors files
+(tensors cannot travel in collective_rpc arguments, so the engine passes file paths and the
+worker reads the tensors itself):
+
+* **staged** (``rollgym_stage_safetensors``, then ``rollgym_swap_staged``): a thread loads
+  and repacks the files into a shadow of the model (``server.engine.staging``) while the
+  engine keeps stepping; the engine polls ``rollgym_staged`` until it is ready, pauses, and
+  the swap hands the new tensors over in well under a millisecond per module;
+* **in place** (``rollgym_reload_safetensors``): the worker's ``reload_weights`` in
+  checkpoint format redoes the loading and repacking on the live model, so the engine must
+  be paused throughout. Restores at start-up and recoveries use it.
+
+This module runs inside the engine process: it imports nothing from the rest of ``server``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
+
+from rollgym.server.engine.staging import Staged, stage
 
 
 class RollgymWorkerExtension:
     """Mixed into vLLM's worker class; ``self`` is the worker."""
+
+    _rollgym_staging: Future[Staged] | None = None
+
+    def rollgym_stage_safetensors(
+        self, files: list[str], renames: dict[str, str], skip: list[str]
+    ) -> None:
+        """Start loading ``files`` into a shadow of the model, in a thread; returns at once.
+        A staged update still pending (one the engine gave up on) is dropped."""
+        future: Future[Staged] = Future()
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+
+        def load() -> None:
+            try:
+                future.set_result(stage(model, self.rollgym_tensors(files, renames, skip)))
+            except BaseException as exc:  # handed to the engine by rollgym_staged
+                future.set_exception(exc)
+
+        self._rollgym_staging = future
+        threading.Thread(target=load, name="rollgym-staging", daemon=True).start()
+
+    def rollgym_staged(self) -> int | None:
+        """None while the staging loads; then how many tensors it read (or its error)."""
+        future = self._rollgym_staging
+        if future is None:
+            raise RuntimeError("no staged update")
+        if not future.done():
+            return None
+        if future.exception() is not None:
+            self._rollgym_staging = None
+        return future.result().tensors
+
+    def rollgym_swap_staged(self) -> int:
+        """Hand the staged weights to the live model (the engine is paused); tensors read."""
+        future, self._rollgym_staging = self._rollgym_staging, None
+        if future is None or not future.done():
+            raise RuntimeError("no staged update is ready")
+        return future.result().swap()
+
+    def rollgym_discard_staged(self) -> None:
+        """Forget the staged update (one still loading is dropped when it is done)."""
+        self._rollgym_staging = None
 
     def rollgym_reload_safetensors(
         self, files: list[str], renames: dict[str, str], skip: list[str]

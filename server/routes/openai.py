@@ -31,6 +31,7 @@ from fastapi.responses import StreamingResponse
 from rollgym.contract.wire import SamplingSettings
 from rollgym.server.chat import ChatCodec, ChatInputError
 from rollgym.server.errors import BadRequest
+from rollgym.server.offload import by_size
 from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_schema import (
@@ -166,8 +167,8 @@ async def completions(
     generation = await services.policy.generate(prompt_ids, sampling, stop=stop, seed=body.seed)
     services.quotas.charge_tokens(agent, len(generation.token_ids))
     response.headers[VERSION_HEADER] = str(generation.policy_version)
-    text, token_logprobs = await asyncio.to_thread(
-        _decoded, codec, generation, body.logprobs is not None, stop
+    text, token_logprobs = await by_size(
+        len(generation.token_ids), _decoded, codec, generation, body.logprobs is not None, stop
     )
     logprobs = None
     if body.logprobs is not None:

@@ -61,6 +61,20 @@ class NcclWeights:
         return sum(size * math.prod(shape) for size, shape in zip(sizes, self.shapes, strict=True))
 
 
+@dataclasses.dataclass(frozen=True)
+class Swap:
+    """What one swap did: the version it made and how long its two phases took.
+
+    ``load_s``: loading the weights while the old ones kept serving (0 where the engine
+    loads inside the pause); ``pause_s``: the time no request could start (with the
+    ``finish`` policy, the wait for running requests included).
+    """
+
+    version: int
+    load_s: float
+    pause_s: float
+
+
 @runtime_checkable
 class WeightTarget(Protocol):
     """An engine that can swap its weights; its version rises by one per swap."""
@@ -73,8 +87,8 @@ class WeightTarget(Protocol):
 
     def manifest(self) -> Manifest: ...
 
-    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> int:
+    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> Swap:
         """Apply ``weights`` between engine steps (see ``in_flight_policy``), reset the
-        prefix cache, and return the new version. On failure the old weights keep
-        serving and the version does not move."""
+        prefix cache, and bump the version. On failure the old weights keep serving and
+        the version does not move."""
         ...

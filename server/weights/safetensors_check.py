@@ -6,8 +6,13 @@ the data. The tensors' byte ranges tile the data exactly (no overlap, no hole), 
 is complete when its size is ``8 + N + max(end)``; a shorter one was truncated in transit.
 
 ``read_header``/``stage`` touch no tensor data; ``check_values`` then reads each tensor
-once: every value must be finite, and (optionally) each tensor's L2 norm within a factor
-of the served one's. All of it is file and CPU work: callers run it off the event loop.
+once, where the file lies (memory-mapped: no copy): every value must be finite, and
+(optionally) each tensor's L2 norm within a factor of the served one's. Both are
+vectorised reductions with no scratch the size of a tensor: a tensor's sum is finite only
+if all its values are (one NaN or infinity makes any sum NaN or infinite), so a finite
+sum settles it and only a non-finite one (a bad value, or an overflow) is counted again,
+``CHUNK`` values at a time. All of it is file and CPU work: callers run it off the event
+loop.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ ITEM_SIZE = {
 }  # fmt: skip
 TORCH_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+CHUNK = 1 << 20  # values one slow-path step reduces: its scratch stays in the cache
 _SHOWN = 5  # problems named per kind in an error message
 
 
@@ -146,12 +152,11 @@ def check_values(
     ``served_norms`` entry. Returns the norms by served name (empty without a ratio)."""
     norms: dict[str, float] = {}
     for name, tensor in tensors_of(weights):
-        if not bool(tensor.isfinite().all()):
-            bad = int((~tensor.isfinite()).sum())
+        if bad := non_finite(tensor):
             raise BadWeights(f"tensor {name} holds {bad} non-finite values (NaN or infinity)")
         if max_norm_ratio is None:
             continue
-        norm = float(tensor.double().norm())
+        norm = l2_norm(tensor)
         before = (served_norms or {}).get(name)
         if before is not None and not _within(norm, before, max_norm_ratio):
             raise BadWeights(
@@ -164,7 +169,41 @@ def check_values(
 
 def tensor_norms(weights: StagedWeights) -> dict[str, float]:
     """Each tensor's L2 norm by served name (the reference of the norm check)."""
-    return {name: float(tensor.double().norm()) for name, tensor in tensors_of(weights)}
+    return {name: l2_norm(tensor) for name, tensor in tensors_of(weights)}
+
+
+def non_finite(tensor: Any) -> int:
+    """How many values of ``tensor`` are NaN or infinite (see the module docstring).
+
+    >>> import torch
+    >>> non_finite(torch.tensor([1.0, 2.0])), non_finite(torch.tensor([1.0, float("nan")]))
+    (0, 1)
+    >>> non_finite(torch.tensor([3e38, 3e38]))  # the sum overflows; the values are finite
+    0
+    """
+    import torch
+
+    if not tensor.is_floating_point():
+        return 0
+    flat = tensor.reshape(-1)
+    accumulator = torch.float64 if flat.dtype == torch.float64 else torch.float32
+    if math.isfinite(float(flat.sum(dtype=accumulator))):
+        return 0
+    return sum(int((~c.to(accumulator).isfinite()).sum()) for c in flat.split(CHUNK))
+
+
+def l2_norm(tensor: Any) -> float:
+    """The L2 norm of ``tensor``: one float32 reduction (torch's, pairwise), or float64
+    ``CHUNK`` values at a time where float32 overflows (ten times slower)."""
+    import torch
+
+    flat = tensor.reshape(-1)
+    if flat.dtype != torch.float64:
+        norm = float(torch.linalg.vector_norm(flat, dtype=torch.float32))
+        if math.isfinite(norm):
+            return norm
+    squares = sum(float(c.to(torch.float64).square().sum()) for c in flat.split(CHUNK))
+    return math.sqrt(squares)
 
 
 def tensors_of(weights: StagedWeights) -> Iterator[tuple[str, Any]]:

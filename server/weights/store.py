@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollgym.server.durable import fsync_dir, write_atomic
+from rollgym.server.durable import fsync_path, write_atomic
 from rollgym.server.errors import ServerError
 
 STATE_FILE = "state.json"
@@ -78,7 +78,7 @@ class PolicyStore:
                 except OSError:  # another file system, or links not allowed
                     shutil.copyfile(source, target)
             placed.append(target)
-        fsync_dir(folder)
+        fsync_path(folder)
         return placed
 
     def commit(self, files: Sequence[Path], version: int) -> None:

@@ -2,16 +2,19 @@
 
 An update runs in four steps, and only the third touches the engine:
 
-1. **receive**: an HTTP body is streamed to a file in the staging dir (bounded size;
-   whatever a restart finds there was cut off, and is removed);
+1. **receive**: an HTTP body is streamed to a file in the staging dir (``receive``:
+   bounded size, no copy of the body; whatever a restart finds there was cut off, and
+   is removed);
 2. **check**, off the event loop: safetensors headers against the served model's manifest
    (names, shapes, dtypes, completeness, byte ranges), then the values (all finite; with
    ``weights.max_norm_ratio``, no tensor's norm moved by more than that factor); any
    problem is a 4xx that names it and the old weights keep serving;
-3. **swap**: the files are adopted by the ``PolicyStore`` and the engine applies them (its
-   in-flight policy, prefix cache reset, a deadline) and the version goes up by one;
-4. **persist**: the store records the files and the version, so a restarted server comes
-   back at that version on those weights (``restore_policy``).
+3. **swap**: the files are adopted by the ``PolicyStore`` and the engine applies them: it
+   loads them while the old weights serve, then pauses for the swap itself (its in-flight
+   policy, prefix cache reset, a deadline) and the version goes up by one;
+4. **persist**: once the files' data is on disk (flushed while the engine swapped), the
+   store records the files and the version, so a restarted server comes back at that
+   version on those weights (``restore_policy``).
 
 A second update while one runs gets ``UpdateInProgress`` (409); ``expected_version`` that
 is not the current version gets ``VersionMismatch`` (409).
@@ -22,16 +25,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from rollgym.contract.wire import WeightUpdateResult
 from rollgym.server.config import WeightCheckConfig
+from rollgym.server.durable import fsync_path
 from rollgym.server.engine.base import ServingEngine
 from rollgym.server.errors import (
     BadRequest,
@@ -39,10 +41,10 @@ from rollgym.server.errors import (
     ServerError,
     UpdateInProgress,
     VersionMismatch,
-    WeightsTooLarge,
 )
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights.base import NcclWeights, StagedWeights, WeightTarget
+from rollgym.server.weights.receive import receive
 from rollgym.server.weights.safetensors_check import (
     check_announced,
     check_values,
@@ -53,7 +55,6 @@ from rollgym.server.weights.safetensors_check import (
 from rollgym.server.weights.store import PolicyStore
 
 logger = logging.getLogger(__name__)
-_WRITE_CHUNK = 4 << 20  # buffer the body into writes of this size, each off the loop
 
 
 class WeightUpdater:
@@ -93,7 +94,7 @@ class WeightUpdater:
         async with self._exclusive(expected_version):
             started = time.perf_counter()
             with self._upload_file() as path:
-                await self._receive(body, path)
+                await receive(body, path, max_bytes=self._max_bytes)
                 await asyncio.to_thread(self._check, [path])
                 files = await asyncio.to_thread(self._store.adopt, [path], move=True)
             return await self._apply(files, time.perf_counter() - started)
@@ -136,14 +137,19 @@ class WeightUpdater:
         return staged
 
     async def _apply(self, files: list[Path], load_s: float) -> WeightUpdateResult:
-        """Swap in adopted ``files``, then persist them with their version."""
+        """Swap in adopted ``files``, then persist them with their version. Their data
+        goes to the disk (``fsync``) while the engine swaps, and is there before the
+        store names them."""
+        durable = asyncio.ensure_future(asyncio.to_thread(_fsync_all, files))
         try:
             staged = await asyncio.to_thread(
                 stage, files, self._target.manifest(), aliases=self._aliases
             )
             result = await self._swap(staged, load_s)
+            await durable
         except BaseException:
             self._served_norms = None  # the check above may have moved them on
+            await asyncio.wait([durable])  # its thread still holds the files
             await asyncio.to_thread(self._store.discard, files)
             raise
         await asyncio.to_thread(self._store.commit, files, result.policy_version)
@@ -179,41 +185,20 @@ class WeightUpdater:
         finally:
             path.unlink(missing_ok=True)
 
-    async def _receive(self, body: AsyncIterator[bytes], path: Path) -> int:
-        received = 0
-        pending: list[bytes] = []
-        pending_bytes = 0
-        with path.open("wb") as f:
-            async for chunk in body:
-                received += len(chunk)
-                if received > self._max_bytes:
-                    raise WeightsTooLarge(
-                        f"the body exceeds the limit of {self._max_bytes} bytes "
-                        "(max_weight_bytes, ROLLGYM_MAX_WEIGHT_BYTES)"
-                    )
-                pending.append(chunk)
-                pending_bytes += len(chunk)
-                if pending_bytes >= _WRITE_CHUNK:
-                    await asyncio.to_thread(f.write, b"".join(pending))
-                    pending, pending_bytes = [], 0
-            await asyncio.to_thread(_finish, f, b"".join(pending))
-        return received
-
     async def _swap(
         self, weights: StagedWeights | NcclWeights, load_s: float
     ) -> WeightUpdateResult:
-        started = time.perf_counter()
-        version = await self._target.swap_weights(weights)
-        apply_s = time.perf_counter() - started
+        swap = await self._target.swap_weights(weights)
+        load_s += swap.load_s
         self._metrics.weight_sync.labels(phase="load").observe(load_s)
-        self._metrics.weight_sync.labels(phase="apply").observe(apply_s)
+        self._metrics.weight_sync.labels(phase="apply").observe(swap.pause_s)
         self._metrics.weight_updates.labels(outcome="applied").inc()
-        self._metrics.policy_version.set(version)
+        self._metrics.policy_version.set(swap.version)
         return WeightUpdateResult(
-            policy_version=version,
+            policy_version=swap.version,
             bytes=weights.nbytes,
             load_s=load_s,
-            apply_s=apply_s,
+            apply_s=swap.pause_s,
             in_flight_policy=self._target.in_flight_policy,
         )
 
@@ -235,7 +220,6 @@ async def restore_policy(
     return staged
 
 
-def _finish(f: BinaryIO, tail: bytes) -> None:
-    f.write(tail)
-    f.flush()
-    os.fsync(f.fileno())
+def _fsync_all(files: list[Path]) -> None:
+    for path in files:
+        fsync_path(path)

@@ -1,10 +1,13 @@
 """The real engine under faults: non-finite weights never reach it, a worker that fails
-mid-swap leaves the old weights serving, and one that hangs passes the swap's deadline,
-after which the engine restarts on the last good weights. Each answer is a 503 (or a 422)
-with the reason, and the version does not move."""
+while loading or midway through the swap leaves the old weights serving, and one that
+hangs passes the swap's deadline, after which the engine restarts on the last good
+weights. Each answer is a 503 (or a 422) with the reason, and the version does not move.
+And a slow load does not hold sampling up: the old weights serve until the swap."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import shutil
 from pathlib import Path
@@ -86,17 +89,42 @@ async def test_non_finite_weights_never_reach_the_engine(
     assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
 
 
-async def test_a_worker_failing_mid_swap_leaves_the_old_weights_serving(
-    engine, prompt, other_weights, tmp_path
+@pytest.mark.parametrize(
+    "fault", ["fail-midway", "fail-swap"], ids=["while-loading", "midway-through-the-swap"]
+)
+async def test_a_worker_failing_mid_update_leaves_the_old_weights_serving(
+    engine, prompt, other_weights, tmp_path, fault
 ) -> None:
     before = await engine.generate(prompt, GREEDY)
     version = engine.policy_version
-    broken = named(other_weights, tmp_path / "in", "fail-midway.safetensors")
+    broken = named(other_weights, tmp_path / "in", f"{fault}.safetensors")
     with pytest.raises(EngineFailure, match="old weights keep serving"):
         await updater(engine, tmp_path).from_path(broken, expected_version=None)
     assert engine.policy_version == version
     after = await engine.generate(prompt, GREEDY)
     assert after.token_ids == before.token_ids and after.policy_version == version
+
+
+async def test_the_old_weights_serve_while_an_update_loads(
+    engine, prompt, other_weights, tmp_path
+) -> None:
+    version = engine.policy_version
+    slow = named(other_weights, tmp_path / "in", "slow.safetensors")
+    update = asyncio.create_task(updater(engine, tmp_path).from_path(slow, expected_version=None))
+    await _loading(engine)
+    during = await engine.generate(prompt, GREEDY)
+    assert not update.done() and during.policy_version == version
+    assert (await update).policy_version == engine.policy_version == version + 1
+
+
+async def _loading(engine: VLLMEngine) -> None:
+    """Until the workers load an update (vLLM offers no event to wait on)."""
+    for _ in range(2000):
+        with contextlib.suppress(Exception):  # no staged update yet
+            if await engine.llm.collective_rpc("rollgym_staged") == [None]:
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the update did not start loading within 20 s")
 
 
 async def test_a_hung_swap_passes_its_deadline_and_the_engine_restarts_on_the_old_weights(

@@ -20,7 +20,7 @@ from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig
 from rollgym.server.engine.vllm_engine import VLLMEngine
 from rollgym.server.weights.updater import WeightUpdater
-from rollgym.trainer.weights import weights_bytes
+from rollgym.trainer.weights import SafetensorsBody
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=16)
@@ -82,7 +82,7 @@ async def test_a_second_turn_is_served_from_the_prefix_cache(engine, codec) -> N
 async def test_weight_updates_round_trip_with_tied_embeddings(
     engine, codec, hf_model, updater, smollm2_dir, dtype
 ) -> None:
-    """The trainer's own push (``weights_bytes``: a tied tensor once), in either dtype."""
+    """The trainer's own push (``SafetensorsBody``: a tied tensor once), in either dtype."""
     import copy
 
     prompt = codec.first_prompt([{"role": "user", "content": "Say something."}])
@@ -92,7 +92,7 @@ async def test_weight_updates_round_trip_with_tied_embeddings(
     with torch.no_grad():
         changed.model.embed_tokens.weight.mul_(0.5)
     version = engine.policy_version
-    data = weights_bytes(changed)
+    data = b"".join(SafetensorsBody.of(changed))
     result = await updater.from_stream(chunks(data), expected_version=version)
     assert result.policy_version == version + 1
     after = await engine.generate(prompt, SamplingSettings(temperature=1.0, max_tokens=8))

@@ -164,6 +164,25 @@ async def test_an_update_resets_the_prefix_cache(engine, codec, hf_model, update
     assert (await engine.generate(prompt, GREEDY)).cached_tokens == 0
 
 
+async def test_an_update_reloaded_in_place_serves_what_a_staged_one_does(
+    engine, codec, hf_model, updater, tmp_path
+) -> None:
+    prompt = codec.first_prompt(MESSAGES)
+    data = new_weights(hf_model, tmp_path / "new", seed=4321)
+    original = Path(hf_model.name_or_path)
+    await updater.from_stream(chunks(data), expected_version=None)
+    staged = await engine.generate(prompt, GREEDY)
+    await updater.from_path(original, expected_version=None)
+    engine.config = engine.config.model_copy(update={"staged_updates": False})
+    try:
+        await updater.from_stream(chunks(data), expected_version=None)
+        in_place = await engine.generate(prompt, GREEDY)
+    finally:
+        engine.config = engine.config.model_copy(update={"staged_updates": True})
+        await updater.from_path(original, expected_version=None)
+    assert in_place.token_ids == staged.token_ids
+
+
 async def test_a_bad_update_is_refused_and_the_old_weights_keep_serving(
     engine, codec, hf_model, updater, tmp_path
 ) -> None:

@@ -22,9 +22,13 @@ from rollgym.server.errors import (
     WeightsTooLarge,
 )
 from rollgym.server.metrics import ServerMetrics
+from rollgym.server.weights import receive as receive_module
 from rollgym.server.weights.base import NcclWeights, StagedWeights, TensorSpec
+from rollgym.server.weights.receive import receive, write_all
 from rollgym.server.weights.safetensors_check import (
     check_announced,
+    l2_norm,
+    non_finite,
     read_header,
     read_manifest,
     stage,
@@ -219,3 +223,35 @@ async def test_a_norm_jump_past_the_factor_is_refused(tmp_path) -> None:
     # the reference moved with the update: 1.5 -> 0.5 is a factor 3
     with pytest.raises(BadWeights, match="norm moves"):
         await weights.from_stream(chunks(scaled(0.5)), expected_version=None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_values_are_counted_non_finite_exactly_whatever_their_sum(dtype) -> None:
+    big = torch.full((4, 1000), torch.finfo(dtype).max / 2, dtype=dtype)
+    assert non_finite(big) == 0  # every value is finite, though the sum may overflow
+    big[1, 7], big[2, 9] = math.nan, -math.inf
+    assert non_finite(big) == 2
+    assert non_finite(torch.arange(10)) == 0  # integers are always finite
+
+
+def test_a_norm_is_the_l2_norm_even_past_float32s_range() -> None:
+    values = torch.tensor([3.0, 4.0])
+    assert l2_norm(values) == pytest.approx(5.0)
+    assert l2_norm(values * 1e30) == pytest.approx(5e30)  # its square overflows float32
+
+
+async def test_an_upload_in_many_parts_arrives_whole(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(receive_module, "PART_BYTES", 10)  # a write every 10 bytes
+    data = bytes(range(256)) * 3
+    assert await receive(chunks(data), tmp_path / "f", max_bytes=1 << 20) == len(data)
+    assert (tmp_path / "f").read_bytes() == data
+
+
+def test_a_short_write_is_carried_on(tmp_path, monkeypatch) -> None:
+    import os
+
+    writev = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, views: writev(fd, [views[0][:3]]))
+    with (tmp_path / "f").open("wb", buffering=0) as f:
+        write_all(f.fileno(), [b"abcdefgh", b"", b"ij"])
+    assert (tmp_path / "f").read_bytes() == b"abcdefghij"

@@ -20,7 +20,7 @@ from rollgym.trainer.errors import (
     TrainerError,
     VersionConflict,
 )
-from rollgym.trainer.weights import WeightPusher, weights_bytes
+from rollgym.trainer.weights import SafetensorsBody, WeightPusher
 
 
 def test_pull_and_ack_round_trip() -> None:
@@ -51,10 +51,10 @@ def test_weight_push_bumps_the_version_and_refuses_a_wrong_expectation() -> None
         pusher = WeightPusher(client, version=client.policy_version())
         sync = pusher.push(model)
         assert sync.policy_version == 4 == fake.version == pusher.version
-        assert sync.bytes == len(weights_bytes(model))
+        assert sync.bytes == len(SafetensorsBody.of(model))
         torch.testing.assert_close(fake.weights[-1]["weight"], model.weight.detach())
         with pytest.raises(VersionConflict) as conflict:
-            client.push_weights(weights_bytes(model), expected_version=3)
+            client.push_weights(SafetensorsBody.of(model), expected_version=3)
         assert conflict.value.status == 409 and "at 4" in conflict.value.message
     assert fake.version == 4  # the refused update changed nothing
 
@@ -64,7 +64,7 @@ def test_tied_weights_are_sent_once() -> None:
     model[1].weight = model[0].weight
     from safetensors.torch import load
 
-    assert set(load(weights_bytes(model))) == {"0.weight"}
+    assert set(load(b"".join(SafetensorsBody.of(model)))) == {"0.weight"}
 
 
 @pytest.mark.parametrize(("token", "status"), [(None, 401), ("wrong", 403)])
