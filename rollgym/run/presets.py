@@ -3,7 +3,10 @@
 A run's config is built in layers, each overriding only the fields it names (nested tables
 merge key by key): the built-in defaults (``RunConfig``), then the preset, then the
 ``--config`` file, then the command's flags. So ``{"trainer": {"seed": 1}}`` changes the
-seed and keeps every other trainer field of the preset.
+seed and keeps every other trainer field of the preset. ``task.env_kwargs`` is the
+exception: a layer that names it replaces it whole, since an env's kwargs belong to that
+env (the built-in game's ``strict`` and ``feedback`` must not leak into another game or
+another env).
 
 * ``default``: the built-in run (the 3.3M default model, an SFT warm start on GuessNumber).
 * ``smollm2``: SmolLM2-135M-Instruct (``rollgym model pull smollm2-135m-instruct``; the run
@@ -40,16 +43,23 @@ def _smollm2() -> Values:
 PRESETS: dict[str, Callable[[], Values]] = {"default": _default, "smollm2": _smollm2}
 
 
+REPLACED_WHOLE = frozenset({"env_kwargs"})
+
+
 def merged(*layers: Mapping[str, Any]) -> Values:
-    """``layers`` combined, later ones winning; nested tables merge key by key.
+    """``layers`` combined, later ones winning; nested tables merge key by key, but for
+    those named in ``REPLACED_WHOLE``, which the last layer that names them sets whole.
 
     >>> merged({"a": 1, "t": {"x": 1, "y": 2}}, {"t": {"y": 3}}, {"b": None})
     {'a': 1, 't': {'x': 1, 'y': 3}, 'b': None}
+    >>> merged({"env_kwargs": {"high": 8, "strict": True}}, {"env_kwargs": {"high": 4}})
+    {'env_kwargs': {'high': 4}}
     """
     out: Values = {}
     for layer in layers:
         for key, value in layer.items():
-            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            mergeable = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+            if mergeable and key not in REPLACED_WHOLE:
                 out[key] = merged(out[key], value)
             else:
                 out[key] = dict(value) if isinstance(value, Mapping) else value
