@@ -9,8 +9,9 @@ Rows, each against a baseline measured in the same run:
    ``generate`` on the same prompts one at a time (what a user without vLLM would run);
 2. **the preset run** (``rollgym run --preset smollm2 [--seed N]``, unless ``--skip-run``): held-out
    success of the pretrained model and of the RL policy on the same 200 held-out seeds,
-   with 95% Wilson intervals and the difference's; a GRPO step's time against the sampling
-   time per step of the same run; the trainer's and the server's peak memory.
+   with 95% Wilson intervals and the difference's; a GRPO step's time (and its weight push)
+   against the time the server spent sampling a step's batch in the same run (busy time:
+   asynchronous sampling overlaps training); the trainer's and the server's peak memory.
 
 Its weight updates (538 MB) against a memory copy are ``bench.http``'s. The model is
 pulled first if needed. The machine is noisy: compare ratios within a run (the load
@@ -133,7 +134,7 @@ def run_rows(run_dir: Path, seed: int | None) -> list[Row]:
     server_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     records = report.train.records
     step = statistics.median(r.train_s for r in records)
-    wait = statistics.median(r.wait_s for r in records)
+    sampling = report.train.stage_shares["sampling"][0] / len(records)  # one fresh session
     push = statistics.median(r.sync_s for r in records)
     before, after = report.warm_start, report.final
     assert before is not None and after is not None
@@ -150,8 +151,8 @@ def run_rows(run_dir: Path, seed: int | None) -> list[Row]:
         (
             "preset run: one GRPO step (median)",
             f"{step:.1f} s training",
-            f"{wait:.1f} s waiting for samples",
-            f"{step / max(wait, 1e-9):.1f}",
+            f"{sampling:.1f} s sampling a batch (mean busy)",
+            f"{step / sampling:.1f}x",
             f"weight push {push:.1f} s; "
             f"peak memory: trainer {trainer_peak:.0f} MiB, server {server_peak:.0f} MiB",
         ),
