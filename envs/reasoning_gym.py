@@ -148,12 +148,18 @@ def _dataset(task: str, seed: int, size: int, config: str) -> Any:
 
 
 def task_names() -> list[str]:
-    """Every reasoning-gym task; empty when reasoning-gym is not installed."""
+    """Every reasoning-gym task; empty when reasoning-gym is not installed.
+
+    The package is imported first, not ``reasoning_gym.factory`` alone: the tasks enter
+    ``DATASETS`` while the package's ``__init__`` runs, and a thread that imports the
+    submodule meanwhile (the server makes envs in threads) would read it half filled,
+    where importing the package waits for that ``__init__`` to finish.
+    """
     try:
-        from reasoning_gym.factory import DATASETS
+        import reasoning_gym.factory
     except ImportError:
         return []
-    return sorted(set(DATASETS) - set(NOT_SERVED))
+    return sorted(set(reasoning_gym.factory.DATASETS) - set(NOT_SERVED))
 
 
 def register() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -70,3 +73,22 @@ def test_an_answer_the_scorer_cannot_parse_is_wrong_not_a_crash() -> None:
     env.reset(seed=0)
     _, reward, terminated, _, info = env.step("<answer>ק🚀</answer>")
     assert (reward, terminated, info["failure"]) == (0.0, True, None)
+
+
+def test_threads_that_make_the_first_envs_at_once_all_find_the_task() -> None:
+    """The server makes envs in threads; the first ones import reasoning-gym together."""
+    probe = (
+        "import concurrent.futures\n"
+        "from rollgym import envs\n"
+        "def make(_):\n"
+        "    try:\n"
+        "        return envs.make('reasoning_gym/chain_sum').unwrapped.task\n"
+        "    except envs.EnvLoadError as exc:\n"
+        "        return str(exc)\n"
+        "with concurrent.futures.ThreadPoolExecutor(16) as pool:\n"
+        "    print(sorted(set(pool.map(make, range(16)))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.strip() == "['chain_sum']"

@@ -37,8 +37,18 @@ def test_the_smollm2_preset_starts_the_pulled_model_without_a_warm_start(tmp_pat
     config = config_of("--preset", "smollm2", "--config", str(file), "--eval-episodes", "10")
     assert config.model_dir == paths.models_dir() / "smollm2-135m-instruct"
     assert config.warmstart is None and config.eval_episodes == 10
-    assert config.trainer.total_steps == 5 and config.trainer.learning_rate == 1e-5
+    assert config.trainer.total_steps == 5 and config.trainer.learning_rate == 3e-5
     assert config.task.temperature == config.trainer.temperature == 0.7
+    assert config.task.env_kwargs == {"low": 1, "high": 6, "feedback": "range"}  # lenient
+
+
+def test_env_kwargs_are_replaced_whole_not_mixed_with_the_built_in_games(tmp_path) -> None:
+    file = tmp_path / "c.json"
+    chain_sum = {"config": {"min_terms": 2, "max_terms": 2}}
+    task = {"env_id": "reasoning_gym/chain_sum", "env_kwargs": chain_sum, "max_turns": 1}
+    file.write_text(json.dumps({"task": task, "warmstart": None}))
+    assert config_of("--config", str(file)).task.env_kwargs == chain_sum
+    assert RunConfig().task.env_kwargs["strict"] is True  # the default game's, not leaked above
 
 
 def test_flags_win_over_the_file_and_the_preset(tmp_path) -> None:
