@@ -5,7 +5,14 @@ session that lasts the episode), ``read_file``, ``write_file`` and ``list_files`
 relative to the working directory, where the task's files are put at reset). The agent
 calls tools with ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (several per
 message are allowed); each call gets one ``tool`` message back, in order. It ends the
-episode with ``<answer>...</answer>``.
+episode with ``<answer>...</answer>``. ``tools=`` offers a subset, declared your own way: a
+list of OpenAI function dicts, each naming one of the tools above (which runs it), shown to
+the agent as given, e.g. the schema another framework derives from a Python function::
+
+    gymnasium.make("rollgym/ToolUse-v0", tools=[{"type": "function", "function": {
+        "name": "python", "description": "Run Python code.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
+                       "required": ["code"]}}}])
 
 Reward: ``AnswerReward`` pays 1.0 for a correct final answer (case and surrounding space
 ignored; numbers compared as numbers), 0.0 otherwise; ``ToolStepReward`` charges
@@ -23,10 +30,11 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jsonschema
 from typing_extensions import Unpack
 
 from rollgym.envs.core import Opening, Turn
-from rollgym.envs.errors import ActionError
+from rollgym.envs.errors import ActionError, EnvLoadError
 from rollgym.envs.messages import Message, clean_text, clip_text, system, tool, user
 from rollgym.envs.parsing import has_tool_call, parse_tool_calls
 from rollgym.envs.programs import Program, RunPython, RunShell, read_file, write_file
@@ -126,6 +134,7 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
         task_file: str | None = None,
         step_reward: Callable[[ToolStep], float] | None = None,
         terminal_reward: Callable[[AnswerEpisode], float] | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
         **options: Unpack[SandboxOptions],
     ):
         super().__init__(
@@ -135,7 +144,8 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
             **options,
         )
         self.tasks = task_set(ToolTask, tasks, task_file, "tool_use")
-        self.tools = [t.to_openai() for t in TOOLS]
+        self.tools = [dict(t) for t in tools] if tools else [t.to_openai() for t in TOOLS]
+        self._offered = tuple(offered_tool(declared) for declared in self.tools)
         self._task = self.tasks[0]
         self._answer = ""
 
@@ -157,7 +167,7 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
             raise ActionError("Either call tools or give your <answer>, not both in one message.")
         if answers:
             return self._answered(answers)
-        calls = parse_tool_calls(action, TOOLS)
+        calls = parse_tool_calls(action, self._offered)
         if not calls:
             raise ActionError(
                 'Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call> '
@@ -223,6 +233,28 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
 
     def _episode(self) -> AnswerEpisode:
         return AnswerEpisode(self._answer, self._task.answer)
+
+
+def offered_tool(declared: dict[str, Any]) -> Tool:
+    """The ``Tool`` an OpenAI function dict declares: one of ``TOOLS``, the same arguments."""
+    function = declared.get("function")
+    if declared.get("type") != "function" or not isinstance(function, dict):
+        raise EnvLoadError(f'a tool is {{"type": "function", "function": {{...}}}}, not {declared}')
+    name = function.get("name")
+    builtin = next((t for t in TOOLS if t.name == name), None)
+    if builtin is None:
+        raise EnvLoadError(f"tool {name!r} is not one of {[t.name for t in TOOLS]}")
+    parameters = function.get("parameters")
+    arguments = parameters.get("properties", {}) if isinstance(parameters, dict) else {}
+    if not isinstance(parameters, dict) or set(arguments) != set(builtin.parameters["properties"]):
+        raise EnvLoadError(
+            f"tool {name!r} takes the arguments {sorted(builtin.parameters['properties'])}; "
+            f"its declaration has {sorted(arguments)}"
+        )
+    try:
+        return Tool(builtin.name, str(function.get("description", "")), parameters)
+    except jsonschema.SchemaError as exc:
+        raise EnvLoadError(f"tool {name!r}: not a JSON Schema ({exc.message})") from exc
 
 
 def user_question(task: ToolTask) -> Message:

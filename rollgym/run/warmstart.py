@@ -47,7 +47,7 @@ class WarmStartConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    oracle_episodes: int = Field(50, ge=1, description="demonstrations by binary search")
+    oracle_episodes: int = Field(50, ge=0, description="demonstrations by binary search")
     imperfect_episodes: int = Field(550, ge=0, description="demonstrations with noisy guesses")
     noise: float = Field(0.8, ge=0, le=1, description="share of wasteful guesses when imperfect")
     noise_style: NoiseStyle = Field(
@@ -85,12 +85,15 @@ class WarmStartConfig(BaseModel):
 
 
 def tokenize_conversation(
-    codec: ChatCodec, messages: Sequence[Mapping[str, object]]
+    codec: ChatCodec,
+    messages: Sequence[Mapping[str, object]],
+    tools: list[dict[str, Any]] | None = None,
 ) -> dict[str, list[int]]:
     """``input_ids`` and ``assistant_masks`` of a conversation, laid out by the server's codec.
 
     The layout is the rollout server's own (``EpisodeRunner`` with the same ``ChatCodec``):
-    the opening messages as the first prompt; per assistant turn its tokens and the
+    the opening messages as the first prompt (with the env's ``tools``, as an episode
+    shows them); per assistant turn its tokens and the
     end-of-turn token (mask 1; 0 for a message of ``weight`` 0), then the environment's reply up to the next generation
     prompt (``codec.continuation``, mask 0). So SFT trains on the ids the model sees and
     samples in a rollout (a unit test runs both and compares the id streams).
@@ -98,7 +101,7 @@ def tokenize_conversation(
     turns = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
     if not turns:
         raise ValueError("a demonstration needs at least one assistant message")
-    ids = codec.first_prompt([dict(m) for m in messages[: turns[0]]])
+    ids = codec.first_prompt([dict(m) for m in messages[: turns[0]]], tools=tools)
     mask = [0] * len(ids)
     for index, turn in enumerate(turns):
         guess = [*codec.encode(str(messages[turn]["content"])), codec.eos_id]
@@ -140,7 +143,7 @@ def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
 def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
     """One pre-tokenized example per demonstration record, shuffled."""
     examples = [
-        tokenize_conversation(codec, template_messages(record))
+        tokenize_conversation(codec, template_messages(record), record.tools)
         for record in demonstration_records(config)
     ]
     random.Random(config.seed).shuffle(examples)
@@ -214,7 +217,7 @@ def warm_start(
     sft.remove_callback(PrinterCallback)
     sft.train()
     sft.save_model(str(work_dir))
-    marker = {"fingerprint": config.fingerprint(), "config": config.model_dump()}
+    marker = {"fingerprint": config.fingerprint(), "config": config.model_dump(mode="json")}
     (work_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2))
     shutil.rmtree(out_dir, ignore_errors=True)
     work_dir.rename(out_dir)

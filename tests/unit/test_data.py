@@ -289,6 +289,26 @@ def test_warm_start_demonstrations_go_through_the_chat_format(tmp_path, default_
     assert base.fingerprint() != extra.fingerprint()
 
 
+def test_a_records_tools_are_in_its_sft_prompt(tmp_path, default_model_dir) -> None:
+    from rollgym.contract.chat import write_jsonl
+    from rollgym.envs.tool_use import TOOLS
+    from rollgym.run.warmstart import WarmStartConfig, sft_examples
+
+    codec = ChatCodec.from_model_dir(default_model_dir)
+    tools = [TOOLS[0].to_openai()]
+    opening = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "1+1?"}]
+    conversation = [*opening, {"role": "assistant", "content": "<answer>2</answer>"}]
+    path = tmp_path / "chat.jsonl"
+    write_jsonl([chat_record(conversation, tools=tools)], path)
+    config = WarmStartConfig(
+        oracle_episodes=0, imperfect_episodes=0, drill_episodes=0, demonstrations=path
+    )
+    [example] = sft_examples(config, codec)
+    prompt = codec.first_prompt(opening, tools=tools)  # what the episode runner shows
+    assert example["input_ids"][: len(prompt)] == prompt
+    assert prompt != codec.first_prompt(opening)
+
+
 def test_an_assistant_message_of_weight_0_is_context_only(default_model_dir) -> None:
     from rollgym.run.warmstart import tokenize_conversation
 
