@@ -24,13 +24,23 @@ function box(svg) {
   return { w, h, left: 52, right: w - 12, top: 26, bottom: h - 24 };
 }
 
+// About `count` round ticks in [min, max]. A span below the values' float resolution
+// (0.7 against 0.7000000000000001, or two timestamps one ulp apart) counts as flat: a step
+// smaller than an ulp would never move `v` and the loop would fill memory.
 function ticks(min, max, count) {
-  const span = max - min || 1;
+  const resolution = Math.max(Math.abs(min), Math.abs(max)) * 1e-9;
+  const span = max - min > resolution ? max - min : 1;
   const raw = span / count;
   const step = [1, 2, 2.5, 5, 10].map((m) => m * 10 ** Math.floor(Math.log10(raw)))
     .find((s) => s >= raw);
+  if (!Number.isFinite(step) || step <= 0) return [];
   const out = [];
-  for (let v = Math.ceil(min / step) * step; v <= max + step * 1e-9; v += step) out.push(v);
+  const first = Math.ceil(min / step);
+  for (let i = 0; i <= 4 * count; i += 1) {
+    const v = (first + i) * step;
+    if (v > max + step * 1e-9) break;
+    out.push(v);
+  }
   return out;
 }
 
@@ -99,7 +109,7 @@ function lineChart(svg, { xs, series, yMin, yMax, yFormat, xFormat }) {
 // Grouped bars; with log=true the y axis is logarithmic (model and env differ by decades).
 function barChart(svg, { categories, series, log, yFormat }) {
   svg.replaceChildren();
-  const values = series.flatMap((s) => s.values).filter((v) => v !== null && v > 0);
+  const values = series.flatMap((s) => s.values).filter((v) => Number.isFinite(v) && v > 0);
   if (!categories.length || !values.length) return empty(svg);
   const f = box(svg);
   const scale = log

@@ -10,6 +10,7 @@ the screenshot.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -136,3 +137,40 @@ def test_the_screenshot_is_a_rendered_page(server, tmp_path) -> None:
     assert image.getpixel((5, 5)) == (0x1D, 0x23, 0x30)  # the header drew in its colour
     if target := os.environ.get("ROLLGYM_DASHBOARD_PNG"):
         shutil.copyfile(png, target)
+
+
+TICKS_PAGE = """<html><body><input id="price"><span id="status"></span><pre id="out"></pre>
+<script src="{script}"></script>
+<script>
+const answers = {{}};
+for (const [name, lo, hi] of {cases}) {{
+  try {{ answers[name] = ticks(lo, hi, 4); }} catch (error) {{ answers[name] = error.message; }}
+}}
+document.getElementById("out").textContent = JSON.stringify(answers);
+</script></body></html>
+"""
+
+
+def test_axis_ticks_survive_spans_below_float_resolution(tmp_path) -> None:
+    """A chart whose values differ by one ulp drew nothing: the tick loop never advanced.
+
+    The page's ``ticks`` ran ``v += step`` with a step below the values' resolution until the
+    array overflowed ("Invalid array length"), and the whole poll failed with it (CI saw
+    "not updating: Invalid array length" on the real server's page).
+    """
+    script = Path(__file__).parents[2] / "server" / "dashboard" / "dashboard.js"
+    cases = [
+        ["ulp", 0.7, 0.7000000000000001],
+        ["clock", 1764660000.5, 1764660000.5000002],
+        ["denormal", 0, 5e-324],
+        ["unit", 0, 1],
+        ["seconds", 1764660000, 1764660060],
+    ]
+    page = tmp_path / "ticks.html"
+    page.write_text(TICKS_PAGE.format(script=script.as_uri(), cases=json.dumps(cases)))
+    out = Elements(chromium.dump_dom(page.as_uri(), budget_ms=1000)).text_by_id["out"]
+    answers = json.loads(out)
+    assert all(isinstance(ticks, list) and len(ticks) <= 17 for ticks in answers.values()), out
+    assert answers["unit"] == [0, 0.25, 0.5, 0.75, 1]
+    assert answers["seconds"] == [1764660000 + 20 * i for i in range(4)]
+    assert answers["clock"] == [1764660000.5]
