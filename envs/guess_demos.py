@@ -157,6 +157,67 @@ def drills(
     return out
 
 
+def endgames(
+    n: int,
+    *,
+    seed: int = 0,
+    low: int = 1,
+    high: int = 16,
+    max_turns: int = 6,
+    env_kwargs: Mapping[str, Any] | None = None,
+    tries: int = 1000,
+) -> list[list[dict[str, Any]]]:
+    """``n`` conversations that teach the end game: one number left, and it is guessed.
+
+    Conversation ``i`` hides the number ``low + i % size``, so every number is drilled
+    equally: untrained random guesses (``weight`` 0) from the open range, never the number,
+    until the feedback leaves it alone ("Higher. From 8 to 8."), then the number, trained.
+    Binary search ends in such a range for most targets, and a small model copies its last
+    guess there rather than reading the range; random play reaches the middle numbers' end
+    games rarely (a guess either side of them). A number whose end game ``tries`` random
+    prefixes do not reach within ``max_turns`` raises ``ValueError``.
+
+        >>> game = endgames(8, seed=0, low=1, high=8, max_turns=3)[5]
+        >>> [(m["content"], m.get("weight")) for m in game[2:] if m["role"] == "assistant"][-1]
+        ('6', None)
+    """
+    oracle, rng, size = GuessPolicy(low, high), random.Random(seed), high - low + 1
+    env = _env(low, high, max_turns, env_kwargs)
+    out: list[list[dict[str, Any]]] = []
+    try:
+        for i in range(n):
+            number = low + i % size
+            for _ in range(tries):
+                history = _endgame(env, oracle, rng, number, seed + i)
+                if history is not None:
+                    out.append(history)
+                    break
+            else:
+                raise ValueError(f"no end game of {number} within {max_turns} turns")
+    finally:
+        env.close()
+    return out
+
+
+def _endgame(
+    env: gymnasium.Env[Any, Any], oracle: GuessPolicy, rng: random.Random, number: int, seed: int
+) -> list[dict[str, Any]] | None:
+    """One try at ``number``'s end game: the drill, or None if the turns ran out first."""
+    observation, _ = env.reset(seed=seed, options={"task_id": f"guess-{number}"})
+    history: list[dict[str, Any]] = [dict(m) for m in observation]
+    done = False
+    while not done:
+        open_low, open_high = oracle.open_range(history)  # type: ignore[arg-type]
+        if open_low == open_high:
+            observation, _, _, _, _ = env.step(str(number))
+            return [*history, dict(assistant(str(number))), *observation]
+        action = str(rng.choice([g for g in range(open_low, open_high + 1) if g != number]))
+        observation, _, terminated, truncated, _ = env.step(action)
+        history += [_untrained(assistant(action)), *observation]
+        done = terminated or truncated
+    return None
+
+
 def _untrained(message: Message) -> dict[str, Any]:
     return {**message, "weight": 0}
 

@@ -62,6 +62,13 @@ class WarmStartConfig(BaseModel):
     drill_turns: DrillTurns = Field(
         "later", description="the turns drills teach: every one after the first, or the last only"
     )
+    endgame_episodes: int = Field(
+        150,
+        ge=0,
+        description="drills of the end game (guess_demos.endgames): untrained guesses in "
+        "the open range until one number is left, then that number, trained; every number "
+        "equally",
+    )
     low: int = 1
     high: int = 8
     max_turns: int = Field(3, ge=1)
@@ -117,7 +124,7 @@ def tokenize_conversation(
 
 def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
     """The built-in GuessNumber demonstrations as chat records, then the file's, if any."""
-    from rollgym.envs.guess_demos import demonstrations, drills
+    from rollgym.envs.guess_demos import demonstrations, drills, endgames
 
     game: dict[str, Any] = {
         "low": config.low,
@@ -134,6 +141,8 @@ def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
     conversations += drills(
         config.drill_episodes, seed=seed + oracle + imperfect, turns=config.drill_turns, **game
     )
+    endgame_seed = seed + oracle + imperfect + config.drill_episodes
+    conversations += endgames(config.endgame_episodes, seed=endgame_seed, **game)
     records = [chat_record(conversation) for conversation in conversations]
     if config.demonstrations is not None:
         records += read_jsonl(config.demonstrations)

@@ -6,7 +6,7 @@ import gymnasium
 import pytest
 
 from rollgym.envs.errors import ActionError, EpisodeStateError, TaskNotFound
-from rollgym.envs.guess_demos import GuessPolicy, demonstrations, drills
+from rollgym.envs.guess_demos import GuessPolicy, demonstrations, drills, endgames
 from rollgym.envs.guess_number import (
     GuessEpisode,
     GuessStep,
@@ -242,3 +242,21 @@ def test_later_drills_train_every_turn_after_a_random_opening() -> None:
     assert depths == {1, 2}  # the second turn is drilled too, not only the last
     with pytest.raises(ValueError, match="turns must be"):
         drills(1, turns="first", **game)  # type: ignore[arg-type]
+
+
+def test_endgames_drill_every_number_alone_in_the_open_range() -> None:
+    game = {"low": 1, "high": 8, "max_turns": 3, "env_kwargs": {"feedback": "range"}}
+    conversations = endgames(80, seed=3, **game)
+    assert conversations == endgames(80, seed=3, **game) and len(conversations) == 80
+    oracle, taught = GuessPolicy(1, 8), []
+    for conversation in conversations:
+        moves = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+        weights = [conversation[i].get("weight") for i in moves]
+        assert weights == [0] * (len(moves) - 1) + [None]  # the last guess alone is trained
+        low, high = oracle.open_range(conversation[: moves[-1]])
+        assert low == high == int(conversation[moves[-1]]["content"])  # one number left
+        assert conversation[-1]["content"] == "Correct!"
+        taught.append(low)
+    assert {n: taught.count(n) for n in range(1, 9)} == dict.fromkeys(range(1, 9), 10)
+    with pytest.raises(ValueError, match="no end game of 2 within 2 turns"):
+        endgames(8, tries=20, **{**game, "max_turns": 2})
