@@ -25,7 +25,6 @@ def _small_config(run_dir: Path) -> dict[str, object]:
             "oracle_episodes": 24,
             "imperfect_episodes": 8,
             "drill_episodes": 8,
-            "endgame_episodes": 8,
             "epochs": 1.0,
         },
         "trainer": {

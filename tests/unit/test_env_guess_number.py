@@ -260,3 +260,17 @@ def test_endgames_drill_every_number_alone_in_the_open_range() -> None:
     assert {n: taught.count(n) for n in range(1, 9)} == dict.fromkeys(range(1, 9), 10)
     with pytest.raises(ValueError, match="no end game of 2 within 2 turns"):
         endgames(8, tries=20, **{**game, "max_turns": 2})
+
+
+def test_the_warm_start_adds_endgames_when_asked_and_only_then() -> None:
+    from rollgym.run.warmstart import WarmStartConfig, demonstration_records
+
+    base = WarmStartConfig(oracle_episodes=2, imperfect_episodes=0, drill_episodes=0)
+    asked = base.model_copy(update={"endgame_episodes": 8})
+    records = demonstration_records(asked)
+    assert len(records) == len(demonstration_records(base)) + 8
+    last_guesses = [
+        [m for m in r.messages if m.role == "assistant"][-1].content for r in records[2:]
+    ]
+    assert last_guesses == [str(n) for n in range(1, 9)]  # one per number, each its own end
+    assert base.fingerprint() != asked.fingerprint()  # a new warm start, not a stale one
