@@ -9,6 +9,7 @@ outside ``tests/unit``.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,12 @@ import pytest
 # engine core in-process (start-up drops from ~30 s to ~4 s at the same speed).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+# A suite started in the background (`make test &`) inherits SIGINT ignored, and so would
+# every child a test starts; the tests that Ctrl-C a child need it delivered. A handler,
+# unlike an ignore, is reset to the default in a child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TIERS = ("unit", "docker", "engine", "e2e")
 
