@@ -203,19 +203,18 @@ def _endgame(
     env: gymnasium.Env[Any, Any], oracle: GuessPolicy, rng: random.Random, number: int, seed: int
 ) -> list[dict[str, Any]] | None:
     """One try at ``number``'s end game: the drill, or None if the turns ran out first."""
-    observation, _ = env.reset(seed=seed, options={"task_id": f"guess-{number}"})
-    history: list[dict[str, Any]] = [dict(m) for m in observation]
-    done = False
-    while not done:
-        open_low, open_high = oracle.open_range(history)  # type: ignore[arg-type]
-        if open_low == open_high:
-            observation, _, _, _, _ = env.step(str(number))
-            return [*history, dict(assistant(str(number))), *observation]
-        action = str(rng.choice([g for g in range(open_low, open_high + 1) if g != number]))
-        observation, _, terminated, truncated, _ = env.step(action)
-        history += [_untrained(assistant(action)), *observation]
-        done = terminated or truncated
-    return None
+
+    def guess(history: Sequence[Message], turn: int) -> str:
+        low, high = oracle.open_range(history)
+        if low == high:  # the random guesses never name the number: it is alone now
+            return str(number)
+        return str(rng.choice([g for g in range(low, high + 1) if g != number]))
+
+    history = _play(env, seed, guess, options={"task_id": f"guess-{number}"})
+    moves = [i for i, m in enumerate(history) if m["role"] == "assistant"]
+    if history[moves[-1]]["content"] != str(number):
+        return None
+    return [_untrained(m) if i in moves[:-1] else dict(m) for i, m in enumerate(history)]
 
 
 def _untrained(message: Message) -> dict[str, Any]:
@@ -231,10 +230,14 @@ def _env(
 
 
 def _play(
-    env: gymnasium.Env[Any, Any], seed: int, guess: Callable[[Sequence[Message], int], str]
+    env: gymnasium.Env[Any, Any],
+    seed: int,
+    guess: Callable[[Sequence[Message], int], str],
+    *,
+    options: Mapping[str, Any] | None = None,
 ) -> list[Message]:
-    """One whole game: ``guess(history, turn)`` makes each move."""
-    observation, _ = env.reset(seed=seed)
+    """One whole game: ``guess(history, turn)`` makes each move (``options``: the reset's)."""
+    observation, _ = env.reset(seed=seed, options=dict(options or {}))
     history = list(observation)
     done, turn = False, 0
     while not done:
