@@ -44,6 +44,8 @@ LOG_KEYS = {
     "is_truncated": "alarms/is_truncated",
     "grad_norm": "grad_norm",
     "zero_variance_groups": "alarms/zero_variance_groups",
+    "step_kl": "trust/step_kl",  # trainer.trust_region, when it is on
+    "step_rejected": "trust/step_rejected",
 }
 
 

@@ -91,6 +91,11 @@ class StepCallback(TrainerCallback):
             self.printer(self.progress.render(total_steps=state.max_steps))
             for line in self.alarms.check(record.step, record.alarms):
                 self.printer(line)
+            if record.alarms.get("step_rejected"):
+                self.printer(
+                    f"UNDONE step {record.step}: KL(before || after) on its batch "
+                    f"{record.alarms['step_kl']:.3g} above max_step_kl {self.config.max_step_kl:.3g}"
+                )
 
     def _push(self, model: Any) -> None:
         started = time.time()

@@ -106,6 +106,11 @@ class TrainerConfig(_Config):
         "the rows of tokens the policy never samples (see docs/training.md)",
     )
     weight_decay: float = Field(0.0, ge=0)
+    gradient_checkpointing: bool = Field(
+        True,
+        description="recompute activations in the backward pass (TRL's default): less memory, "
+        "one more forward's time per step",
+    )
     max_grad_norm: float = Field(1.0, gt=0)
     loss_type: LossType = "dapo"
     epsilon: float = Field(0.2, gt=0, description="PPO clip range (low side)")
@@ -121,6 +126,12 @@ class TrainerConfig(_Config):
         "token_truncate", description="how the behaviour-logprob correction is applied"
     )
     importance_sampling_cap: float = Field(3.0, gt=1, description="upper bound of the IS ratio")
+    max_step_kl: float | None = Field(
+        None,
+        gt=0,
+        description="undo an optimizer step whose KL(before || after) on its own batch is above "
+        "this (trainer.trust_region); None: every step stands",
+    )
     seed: int = 0
     # --- weights, checkpoints, data
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")

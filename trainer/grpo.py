@@ -24,6 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rollgym.trainer.alarms import behaviour_stats, zero_variance_share
 from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.trust_region import StepTrustRegion
 
 PLACEHOLDER_PROMPT = "(tasks are chosen by the rollout server)"
 
@@ -43,6 +44,7 @@ def grpo_args(config: TrainerConfig) -> GRPOConfig:
         warmup_steps=config.warmup_steps,
         adam_epsilon=config.adam_epsilon,
         weight_decay=config.weight_decay,
+        gradient_checkpointing=config.gradient_checkpointing,
         max_grad_norm=config.max_grad_norm,
         loss_type=config.loss_type,
         epsilon=config.epsilon,
@@ -93,6 +95,7 @@ class ServerGRPOTrainer(GRPOTrainer):
         *args: Any,
         sample_log: Path | None = None,
         train_embeddings: bool = True,
+        max_step_kl: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -106,6 +109,30 @@ class ServerGRPOTrainer(GRPOTrainer):
         self.use_vllm = True
         self._last_loaded_step = -1
         self.sample_log = sample_log
+        self.trust_region: StepTrustRegion | None = None
+        if max_step_kl is not None:
+            self.trust_region = StepTrustRegion(max_step_kl, self._batch_logps, self._record)
+            self.add_callback(self.trust_region)
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        batch = super()._prepare_inputs(generation_batch)
+        model: Any = self.model
+        if self.trust_region is not None and model.training:
+            self.trust_region.before_step(model, self.optimizer, batch)
+        return batch
+
+    def _batch_logps(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The batch's per-token logprobs of the sampled tokens under ``model``'s weights."""
+        completion_ids = batch["completion_ids"]
+        input_ids = torch.cat([batch["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1)
+        )
+        return logps
+
+    def _record(self, name: str, value: float) -> None:
+        self._metrics["train"][name].append(value)
 
     def _generate(self, prompts: list[Any]) -> Any:
         self._last_loaded_step = self.state.global_step  # pushed over HTTP, not by TRL

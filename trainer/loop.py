@@ -55,6 +55,11 @@ class TrainResult:
     online_eval: list[OnlinePoint] = dataclasses.field(default_factory=list)  # the whole run's
     best_dir: Path | None = None  # the best online point's weights (trainer.online_eval)
 
+    @property
+    def undone_steps(self) -> int:
+        """Steps the trust region undid (``trainer.trust_region``), over the whole run."""
+        return sum(int(record.alarms.get("step_rejected", 0)) for record in self.records)
+
 
 def train(
     config: TrainerConfig,
@@ -125,6 +130,7 @@ def train(
             rollout_func=feed,
             sample_log=config.output_dir / "samples.jsonl" if config.log_samples else None,
             train_embeddings=config.train_embeddings,
+            max_step_kl=config.max_step_kl,
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed
                 *([online] if online is not None else []),

@@ -203,6 +203,7 @@ def _alarm_line(alarms: dict[str, float]) -> str:
         ("IS p01/p50/p99", ("is_ratio_p01", "is_ratio_p50", "is_ratio_p99"), ".2f"),
         ("clip", "clip_ratio", ".3f"),
         ("zero-var groups", "zero_variance_groups", ".2f"),
+        ("step KL", "step_kl", ".4f"),
     ]
     parts = []
     for label, keys, spec in shown:

@@ -265,7 +265,9 @@ def test_endgames_drill_every_number_alone_in_the_open_range() -> None:
 def test_the_warm_start_adds_endgames_when_asked_and_only_then() -> None:
     from rollgym.run.warmstart import WarmStartConfig, demonstration_records
 
-    base = WarmStartConfig(oracle_episodes=2, imperfect_episodes=0, drill_episodes=0)
+    base = WarmStartConfig(
+        oracle_episodes=2, imperfect_episodes=0, drill_episodes=0, endgame_episodes=0
+    )
     asked = base.model_copy(update={"endgame_episodes": 8})
     records = demonstration_records(asked)
     assert len(records) == len(demonstration_records(base)) + 8
