@@ -77,7 +77,7 @@ def _print_table(config: RunConfig, rows: list[tuple[int, RunReport, float, floa
     print(f"{config.trainer.total_steps} GRPO steps, held-out seeds (success, 95% CI)")
     print(
         f"{'seed':>4}{'warm start':>24}{'after RL (last)':>24}{'best (online)':>24}"
-        f"{'last - warm (95% CI)':>26}{'rollbacks':>10}{'undone':>7}{'alarms':>8}{'wall':>9}{'load':>11}"
+        f"{'last - warm (95% CI)':>26}{'rollbacks':>10}{'short/undone':>13}{'alarms':>8}{'wall':>9}{'load':>11}"
     )
     for seed, report, load_before, load_after in rows:
         warm, final = report.warm_start, report.final
@@ -85,9 +85,10 @@ def _print_table(config: RunConfig, rows: list[tuple[int, RunReport, float, floa
         low, high = difference_interval(warm, final)
         diff = f"{100 * (final.rate - warm.rate):+.1f} ({100 * low:+.1f}, {100 * high:+.1f})"
         rollbacks = sum(point.rolled_back for point in report.train.online_eval)
+        trust = f"{report.train.shortened_steps}/{report.train.undone_steps}"
         print(
             f"{seed:>4}{_rate(warm):>24}{_rate(final):>24}{_rate(report.best):>24}{diff:>26}"
-            f"{rollbacks:>10}{report.train.undone_steps:>7}{len(report.alarm_crossings):>8}{report.wall_s / 60:>7.1f}m"
+            f"{rollbacks:>10}{trust:>13}{len(report.alarm_crossings):>8}{report.wall_s / 60:>7.1f}m"
             f"{load_before:>5.1f}-{load_after:<5.1f}"
         )
 

@@ -44,7 +44,9 @@ LOG_KEYS = {
     "is_truncated": "alarms/is_truncated",
     "grad_norm": "grad_norm",
     "zero_variance_groups": "alarms/zero_variance_groups",
-    "step_kl": "trust/step_kl",  # trainer.trust_region, when it is on
+    "step_kl_full": "trust/step_kl_full",  # trainer.trust_region, when it is on
+    "step_kl": "trust/step_kl",
+    "step_scale": "trust/step_scale",
     "step_rejected": "trust/step_rejected",
 }
 

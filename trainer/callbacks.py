@@ -91,11 +91,8 @@ class StepCallback(TrainerCallback):
             self.printer(self.progress.render(total_steps=state.max_steps))
             for line in self.alarms.check(record.step, record.alarms):
                 self.printer(line)
-            if record.alarms.get("step_rejected"):
-                self.printer(
-                    f"UNDONE step {record.step}: KL(before || after) on its batch "
-                    f"{record.alarms['step_kl']:.3g} above max_step_kl {self.config.max_step_kl:.3g}"
-                )
+            if record.alarms.get("step_scale", 1.0) < 1.0:
+                self.printer(_trust_region_line(record.step, record.alarms, self.config))
 
     def _push(self, model: Any) -> None:
         started = time.time()
@@ -130,3 +127,14 @@ class CheckpointLedgerCallback(TrainerCallback):
         self.ledger.mark_acked(snapshot.unacked_group_ids)
         # TRL saved just before this hook, so the span runs from the step's close.
         self.progress.on_busy(started, time.time(), kind="checkpoint")
+
+
+def _trust_region_line(step: int, alarms: dict[str, float], config: TrainerConfig) -> str:
+    """What the trust region (``trainer.trust_region``) did to a step it did not let stand."""
+    head = (
+        f"step {step}: KL(before || after) on its batch {alarms['step_kl_full']:.3g} above "
+        f"max_step_kl {config.max_step_kl:.3g}"
+    )
+    if alarms["step_rejected"]:
+        return f"UNDONE {head}: no shorter step fitted"
+    return f"SHORTENED {head}: the step x{alarms['step_scale']:.2f} (KL {alarms['step_kl']:.3g})"

@@ -118,7 +118,7 @@ class ServerGRPOTrainer(GRPOTrainer):
         batch = super()._prepare_inputs(generation_batch)
         model: Any = self.model
         if self.trust_region is not None and model.training:
-            self.trust_region.before_step(model, self.optimizer, batch)
+            self.trust_region.before_step(model, batch)
         return batch
 
     def _batch_logps(self, model: Any, batch: dict[str, Any]) -> torch.Tensor:

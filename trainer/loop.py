@@ -60,6 +60,11 @@ class TrainResult:
         """Steps the trust region undid (``trainer.trust_region``), over the whole run."""
         return sum(int(record.alarms.get("step_rejected", 0)) for record in self.records)
 
+    @property
+    def shortened_steps(self) -> int:
+        """Steps the trust region shortened and kept, over the whole run."""
+        return sum(0 < record.alarms.get("step_scale", 1.0) < 1 for record in self.records)
+
 
 def train(
     config: TrainerConfig,

@@ -1,4 +1,4 @@
-"""A trust region by rejection: an optimizer step that moved the policy too far is undone.
+"""A trust region by backtracking: an optimizer step that moved the policy too far is shortened.
 
 With one optimizer step per sampled batch (``trainer.grpo``), PPO's clip has nothing to
 act on (the "old" logprobs are the weights of the step itself), so the learning rate is
@@ -7,13 +7,21 @@ larger than the others (docs/training.md, issue 12: KL 0.001 per step, then 0.58
 step, and the next batch won 0% of its episodes). ``StepTrustRegion`` measures each step
 on its own batch: after ``optimizer.step()`` it recomputes the sampled tokens' logprobs
 and estimates ``KL(before || after)`` (Schulman's k3, ``mean(r - 1 - log r)`` with
-``r = exp(logp_after - logp_before)``). Above ``max_kl`` it restores the weights and the
-optimizer's moments from before the step, as if the batch had not been drawn: PPO's
-early stopping on a target KL (Spinning Up's ``target_kl``), for a single epoch.
+``r = exp(logp_after - logp_before)``). Above ``max_kl`` it shortens the step, as TRPO's
+line search does: the weights go to ``before + a * (after - before)``, each try with
+``a`` times ``0.9 * sqrt(max_kl / kl)`` of the last try's ``kl`` (KL grows about as the
+square of a short step; a long one's saturates, hence the tries), at most half the last
+``a``; a step that fits no try is undone (the weights from before).
 
-Each step logs ``trust/step_kl`` and ``trust/step_rejected`` (1 or 0); the run counts the
-rejections. A snapshot costs a copy of the trainable weights and the optimizer state per
-step (for the 3.3M default model, 40 MB), and the check one forward pass over the batch.
+The optimizer's state is kept either way: Adam's second moment must learn the larger
+gradients that made the step too long, or every later step would be as long (undoing the
+moments too made one run undo 79 of its 120 steps).
+
+Each step logs ``trust/step_kl_full`` (the step as Adam made it), ``trust/step_kl`` (after
+any shortening), ``trust/step_scale`` (``a``;
+1 for a step that stood, 0 for one undone) and ``trust/step_rejected`` (1 or 0). A check
+costs one forward pass over the batch (and one more per try) and a copy of the trainable
+weights (for the 3.3M default model, 13 MB).
 
     >>> import torch
     >>> before = torch.tensor([[-1.0, -2.0, 0.0]]); mask = torch.tensor([[1, 1, 0]])
@@ -25,7 +33,7 @@ step (for the 3.3M default model, 40 MB), and the check one forward pass over th
 
 from __future__ import annotations
 
-import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -46,7 +54,7 @@ def step_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> fl
 
 
 class StepTrustRegion(TrainerCallback):
-    """Undoes any optimizer step whose ``step_kl`` on its own batch exceeds ``max_kl``.
+    """Shortens or undoes any optimizer step whose ``step_kl`` on its batch exceeds ``max_kl``.
 
     The trainer calls ``before_step`` with the batch before its backward pass; the
     ``on_optimizer_step`` event (transformers' ``Trainer``, right after ``optimizer.step``)
@@ -55,40 +63,64 @@ class StepTrustRegion(TrainerCallback):
     the step) and a mask of the sampled tokens.
     """
 
-    def __init__(self, max_kl: float, logps_of: LogpsOf, record: Callable[[str, float], None]):
+    def __init__(
+        self,
+        max_kl: float,
+        logps_of: LogpsOf,
+        record: Callable[[str, float], None],
+        *,
+        tries: int = 3,
+    ):
         self.max_kl = max_kl
+        self.tries = tries
         self._logps_of = logps_of
         self._record = record
         self._batch: Batch | None = None
         self._weights: list[torch.Tensor] = []
-        self._optimizer_state: dict[str, Any] | None = None
+        self.shortened = 0
         self.rejected = 0
 
-    def before_step(self, model: torch.nn.Module, optimizer: Any, batch: Batch) -> None:
-        """Keeps the batch, the trainable weights and the optimizer's state."""
+    def before_step(self, model: torch.nn.Module, batch: Batch) -> None:
+        """Keeps the batch and the trainable weights from before the step."""
         self._batch = batch
         self._weights = [p.detach().clone() for p in _trainable(model)]
-        self._optimizer_state = copy.deepcopy(optimizer.state_dict())
 
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        model, optimizer, batch = kwargs["model"], kwargs["optimizer"], self._batch
-        if batch is None or self._optimizer_state is None:
+        model, batch = kwargs["model"], self._batch
+        if batch is None:
             return control
-        mask = batch["completion_mask"] * batch.get("tool_mask", 1)
         with torch.no_grad():
-            after = self._logps_of(model, batch)
-        kl = step_kl(batch["old_per_token_logps"], after, mask)
-        rejected = kl > self.max_kl
-        if rejected:
-            with torch.no_grad():
-                for param, saved in zip(_trainable(model), self._weights, strict=True):
-                    param.copy_(saved)
-            optimizer.load_state_dict(self._optimizer_state)
-            self.rejected += 1
+            full_kl = kl = self._kl(model, batch)
+            scale = 1.0
+            if kl > self.max_kl:
+                after = [p.detach().clone() for p in _trainable(model)]
+                for _ in range(self.tries):
+                    scale *= min(0.5, 0.9 * math.sqrt(self.max_kl / kl))
+                    self._move(model, after, scale)
+                    kl = self._kl(model, batch)
+                    if kl <= self.max_kl:
+                        break
+                else:
+                    scale = 0.0
+                    self._move(model, after, scale)
+                    kl = 0.0
+                self.shortened += scale > 0
+                self.rejected += scale == 0
+        self._record("trust/step_kl_full", full_kl)
         self._record("trust/step_kl", kl)
-        self._record("trust/step_rejected", float(rejected))
-        self._batch, self._weights, self._optimizer_state = None, [], None
+        self._record("trust/step_scale", scale)
+        self._record("trust/step_rejected", float(scale == 0))
+        self._batch, self._weights = None, []
         return control
+
+    def _kl(self, model: torch.nn.Module, batch: Batch) -> float:
+        mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+        return step_kl(batch["old_per_token_logps"], self._logps_of(model, batch), mask)
+
+    def _move(self, model: torch.nn.Module, after: list[torch.Tensor], scale: float) -> None:
+        """Sets the weights to ``before + scale * (after - before)``."""
+        for param, before, end in zip(_trainable(model), self._weights, after, strict=True):
+            param.copy_(before + scale * (end - before))
 
 
 def _trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -77,8 +77,8 @@ def _default_trainer() -> TrainerConfig:
         # 128 seeds: a 95% interval of about +-8 points, inside the guard's 15-point margin
         online_eval=OnlineEvalConfig(every=20, episodes=128),
         guard=GuardConfig(margin=0.15),
-        # ~10x a usual step's KL on its batch (0.001-0.009); the steps it undid measured
-        # 0.03-1.05 (docs/training.md, fourth round)
+        # ~10x the median step's KL on its batch (0.0012-0.0023 in three pilot runs); the
+        # steps it undid measured 0.02-1.1 (docs/training.md, "A trust region")
         max_step_kl=0.02,
         gradient_checkpointing=False,  # a 3.3M model: recomputing costs time, saves nothing
     )
@@ -378,6 +378,7 @@ def _write_summary(report: RunReport, config: RunConfig) -> None:
             {**point.model_dump(), "rate": point.rate} for point in report.train.online_eval
         ],
         "rollbacks": sum(point.rolled_back for point in report.train.online_eval),
+        "shortened_steps": report.train.shortened_steps,
         "undone_steps": report.train.undone_steps,
         "alarms": {
             "bounds": config.trainer.alarms.model_dump(),

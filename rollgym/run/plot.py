@@ -4,7 +4,8 @@ Left: mean episode reward and success rate per optimizer step (a moving average 
 noise), the online evaluations with their intervals (a guard's rollbacks as red dotted
 lines), and the held-out success rates of the warm start and the RL policy if measured.
 Middle: the collapse alarms per step (KL behaviour||trainer, entropy, grad norm, clip
-ratio), with a mark where a metric crossed its bound. Right: the four stages' busy and
+ratio, the trust region's step KL), with a mark where a metric crossed its bound and a
+grey one where the trust region undid a step. Right: the four stages' busy and
 waiting seconds over the last session (``StageTimeline``).
 """
 
@@ -83,7 +84,7 @@ def write_report_png(
     return path
 
 
-_ALARM_LINES = ("kl_behaviour", "entropy", "grad_norm", "clip_ratio")
+_ALARM_LINES = ("kl_behaviour", "entropy", "grad_norm", "clip_ratio", "step_kl")
 
 
 def _draw_alarms(
@@ -96,7 +97,12 @@ def _draw_alarms(
     for step, metric, value in crossings:
         axes.plot([step], [value], "x", color="red", ms=8)
         axes.annotate(metric, (step, value), fontsize=6, color="red")
-    title = f"collapse alarms ({len(crossings)} crossed, red x)"
+    undone = [
+        (r.step, r.alarms["step_kl"]) for r in result.records if r.alarms.get("step_rejected")
+    ]
+    for step, value in undone:
+        axes.plot([step], [value], "o", color="grey", ms=4)
+    title = f"collapse alarms ({len(crossings)} crossed, red x; {len(undone)} steps undone, o)"
     axes.set(xlabel="optimizer step", yscale="symlog", title=title)
     if axes.get_legend_handles_labels()[0]:
         axes.legend(fontsize=7, loc="upper left")

@@ -229,7 +229,8 @@ function draw(data) {
       { name: "entropy", color: COLORS.server, values: metric("entropy") },
       { name: "grad norm", color: COLORS.lag, values: metric("grad_norm") },
       { name: "clip ratio", color: "#f28e2b", values: metric("clip_ratio") },
-      { name: "IS ratio p99", color: "#b07aa1", values: metric("is_ratio_p99") }],
+      { name: "IS ratio p99", color: "#b07aa1", values: metric("is_ratio_p99") },
+      { name: "step KL (trust region)", color: "#59a14f", values: metric("step_kl") }],
   });
 }
 

@@ -102,7 +102,12 @@ def _drive(server: ServerProcess, client: ServerClient, weights_file: Path) -> N
             at=time.time(),
             policy_version=result.policy_version,
             busy_spans=[(started, time.time())],
-            alarms={"kl_behaviour": 0.001 * step, "entropy": 0.5, "grad_norm": 0.8},
+            alarms={
+                "kl_behaviour": 0.001 * step,
+                "entropy": 0.5,
+                "grad_norm": 0.8,
+                "step_kl": 0.002 * step,
+            },
         )
         url = f"{server.url}/admin/dashboard/trainer"
         httpx.post(url, json=report.model_dump(), headers=admin, timeout=30).raise_for_status()
@@ -118,7 +123,8 @@ def test_the_page_shows_the_version_and_every_chart_with_data(server) -> None:
     lines = page.series("path")
     assert set(STAGES) <= lines  # the stage chart
     assert {"model p50", "ready groups", "sampled (server)", "stale"} <= lines
-    assert {"KL behaviour||trainer", "entropy", "grad norm"} <= lines  # the alarms chart
+    alarm_series = {"KL behaviour||trainer", "entropy", "grad norm", "step KL (trust region)"}
+    assert alarm_series <= lines  # the alarms chart
     assert {"model", "environment", "trajectories"} <= page.series("rect")  # latency, lag bars
     assert all(f"</span>{stage}</td>" in page.html for stage in STAGES)  # the totals table
     # the cost board: its figures, the savings, the speculation panel (off here)

@@ -84,8 +84,11 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     # the collapse alarms of every step, across both sessions, and their bounds
     per_step = summary["alarms"]["per_step"]
     assert [a["step"] for a in per_step] == list(range(1, STEPS + 1))
-    for metric in ("kl_behaviour", "entropy", "grad_norm", "is_ratio_p99"):
+    for metric in ("kl_behaviour", "entropy", "grad_norm", "is_ratio_p99", "step_kl"):
         assert all(metric in a for a in per_step), metric
+    # the built-in trust region watched every step; what it undid is counted
+    assert summary["config"]["trainer"]["max_step_kl"] == 0.02
+    assert summary["undone_steps"] == sum(a["step_rejected"] for a in per_step)
     assert summary["alarms"]["bounds"]["max_kl_behaviour"] == 0.1
     # online evaluation at steps 2 and 4 across both sessions, the best kept and evaluated
     # on the held-out seeds beside the last checkpoint

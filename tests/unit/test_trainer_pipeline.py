@@ -120,7 +120,12 @@ def test_moving_average_and_report_png(tmp_path: Path) -> None:
             wait_s=0.1,
             train_s=1.0,
             sync_s=0.1,
-            alarms={"kl_behaviour": 0.01 * i, "entropy": 0.5},
+            alarms={
+                "kl_behaviour": 0.01 * i,
+                "entropy": 0.5,
+                "step_kl": 0.01 if i != 4 else 0.5,
+                "step_rejected": float(i == 4),
+            },
         )
         for i in range(1, 6)
     ]
@@ -135,6 +140,7 @@ def test_moving_average_and_report_png(tmp_path: Path) -> None:
         stage_shares={s: (1.0, 2.0) for s in ("sampling", "environment", "buffer", "training")},
     )
     rate = success_rate(random_group(0, 4, random.Random(1)).trajectories)
+    assert result.undone_steps == 1  # step 4, marked in the alarms panel
     png = write_report_png(result, tmp_path / "r.png", rate, rate, [(3, "kl_behaviour", 0.03)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     records = [r.model_copy(update={"alarms": {}}) for r in records]  # a run without any
