@@ -129,8 +129,8 @@ class TrainerConfig(_Config):
     max_step_kl: float | None = Field(
         None,
         gt=0,
-        description="undo an optimizer step whose KL(before || after) on its own batch is above "
-        "this (trainer.trust_region); None: every step stands",
+        description="shorten (or undo) an optimizer step whose KL(before || after) on its own "
+        "batch is above this (trainer.trust_region); None: every step stands",
     )
     seed: int = 0
     # --- weights, checkpoints, data

@@ -18,10 +18,9 @@ gradients that made the step too long, or every later step would be as long (und
 moments too made one run undo 79 of its 120 steps).
 
 Each step logs ``trust/step_kl_full`` (the step as Adam made it), ``trust/step_kl`` (after
-any shortening), ``trust/step_scale`` (``a``;
-1 for a step that stood, 0 for one undone) and ``trust/step_rejected`` (1 or 0). A check
-costs one forward pass over the batch (and one more per try) and a copy of the trainable
-weights (for the 3.3M default model, 13 MB).
+any shortening), ``trust/step_scale`` (``a``: 1 for a step that stood, 0 for one undone)
+and ``trust/step_rejected`` (1 or 0). A check costs one forward pass over the batch (and
+one more per try) and a copy of the trainable weights (for the 3.3M default model, 13 MB).
 
     >>> import torch
     >>> before = torch.tensor([[-1.0, -2.0, 0.0]]); mask = torch.tensor([[1, 1, 0]])
