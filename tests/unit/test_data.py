@@ -301,7 +301,11 @@ def test_a_records_tools_are_in_its_sft_prompt(tmp_path, default_model_dir) -> N
     path = tmp_path / "chat.jsonl"
     write_jsonl([chat_record(conversation, tools=tools)], path)
     config = WarmStartConfig(
-        oracle_episodes=0, imperfect_episodes=0, drill_episodes=0, demonstrations=path
+        oracle_episodes=0,
+        imperfect_episodes=0,
+        drill_episodes=0,
+        endgame_episodes=0,
+        demonstrations=path,
     )
     [example] = sft_examples(config, codec)
     prompt = codec.first_prompt(opening, tools=tools)  # what the episode runner shows
