@@ -1,7 +1,7 @@
 """Cost benchmark: speculation off / on / gated, bfloat16 vs float32, and the export.
 
     VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 .venv/bin/python -m bench.cost
-        [--models tiny,smollm2] [--repeats 2] [--skip-sandbox] [--skip-precision]
+        [--models tiny,smollm2] [--repeats 2] [--scale 10] [--skip-sandbox] [--skip-precision]
 
 For each model (the default rollgym-tiny; SmolLM2-135M-Instruct when pulled) and each
 workload, the same episodes run with speculation **off** (an engine without a drafter:
@@ -325,7 +325,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         for name, path in chosen:
             scale = 1.0 if name == "tiny" else args.smollm2_scale
-            works = workloads(scale, sandbox=pool is not None)
+            works = workloads(args.scale * scale, sandbox=pool is not None)
             rows += await speculation_rows(name, path, works, args.repeats, pool)
             if not args.skip_precision:
                 rows += await precision_rows(name, path, max(8, round(args.eval_episodes * scale)))
@@ -339,6 +339,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny,smollm2", help="tiny, smollm2 (if pulled)")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved runs per row")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=10.0,
+        help="speculation rows' episodes x this (rows of tens of seconds: the"
+        " gate's plain window and probes are a small part of them)",
+    )
     parser.add_argument("--smollm2-scale", type=float, default=0.5, help="its episodes x this")
     parser.add_argument("--eval-episodes", type=int, default=128, help="held-out seeds")
     parser.add_argument("--export", type=int, default=10_000, help="trajectories to export")
