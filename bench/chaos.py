@@ -18,7 +18,8 @@ counts, from the server's buffer and the trainer's checkpoints (one per step, al
 * groups **acked** by the server, and **trained** (in a committed step's checkpoint);
 * **lost**: acked but never trained (goal 0; the trainer's window drops are listed apart);
 * **trained twice**: in two checkpoints (goal 0);
-* the policy version across each kill, and whether the steps' versions never went down.
+* the policy version across each kill (the killed server's own store says which version it
+  must come back at), and whether the steps' versions never went down.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def run(
         _wait_for_step(out, kill_server_at, trainer)
         versions["server before its kill"] = _version(server)
         server.kill()
+        versions["server's persisted version at its kill"] = _persisted_version(server)
         server.start()
         versions["server after its restart"] = _version(server)
         _wait_for_checkpoint(out, kill_trainer_at, trainer)
@@ -141,6 +143,16 @@ def _checkpoint_version(out: Path) -> int:
 def _kill(process: subprocess.Popen[bytes]) -> None:
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def _persisted_version(server) -> int:
+    """The version the killed server's store names: what it must come back at. A push may
+    land between reading ``/health`` and the kill, and the engine's version moves at the
+    swap, just before the store commits it: so it can differ from the last one read."""
+    from rollgym.server.weights.store import PolicyStore
+
+    saved = PolicyStore(server.data_dir / "policy").load()
+    return 0 if saved is None else saved[1]
 
 
 def _version(server) -> int:

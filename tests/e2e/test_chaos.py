@@ -14,7 +14,12 @@ def test_kill_9_of_either_side_loses_nothing_and_trains_nothing_twice(
     assert report.steps == 6
     assert report.lost == 0 and report.trained_twice == 0
     assert report.acked >= report.trained == 6 * 2  # every step's groups, trained once
-    assert report.versions["server after its restart"] == report.versions["server before its kill"]
+    # back at the version its store had committed when killed: the one last read, or one
+    # more when a push landed between that read and the kill (or one less when the kill
+    # fell between a swap and its commit: that push is reconciled by the trainer)
+    persisted = report.versions["server's persisted version at its kill"]
+    assert report.versions["server after its restart"] == persisted
+    assert abs(persisted - report.versions["server before its kill"]) <= 1
     assert report.monotone
     stale = report.dropped["stale_server"] + report.dropped["stale_trainer"]
     if (
