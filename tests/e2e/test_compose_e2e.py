@@ -1,7 +1,8 @@
 """``compose.yaml`` end to end: the app image built offline, the loop up in containers.
 
 One compose project for the module, built FROM the local base image (``scripts/setup.sh
-app-image``; cached after the first time) with a short run (``tests/e2e/compose/``):
+app-image``, started in the background when the session begins: ``app_image``; cached after
+the first time) with a short run (``tests/e2e/compose/``):
 
 1. ``up``: the server makes the default model, starts its sandbox pool through the Docker
    socket and turns healthy; the trainer warm-starts, trains ``FIRST_STEPS`` GRPO steps
@@ -26,6 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import app_image
 import httpx
 import pytest
 
@@ -125,12 +127,8 @@ def _docker(*args: str, stderr: bool = False) -> str:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Iterator[Project]:
-    built = subprocess.run(
-        [str(ROOT / "scripts/setup.sh"), "app-image"], capture_output=True, text=True
-    )
-    if built.returncode != 0:
-        pytest.fail(f"scripts/setup.sh app-image failed:\n{built.stderr[-3000:]}")
+def project(tmp_path_factory, pytestconfig) -> Iterator[Project]:
+    app_image.wait(pytestconfig)  # started in the background when the session began
     project = Project(tmp_path_factory.mktemp("compose"))
     try:
         yield project

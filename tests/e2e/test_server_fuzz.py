@@ -7,7 +7,7 @@ routes (``/v1/``), so both are fuzzed past their auth.
 The counts per operation and status class are printed at the end (``-s`` shows them)::
 
     .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
-    ROLLGYM_FUZZ_EXAMPLES=20 .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
+    ROLLGYM_FUZZ_EXAMPLES=50 .venv/bin/python -m pytest tests/e2e/test_server_fuzz.py -s
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -25,11 +26,13 @@ from schemathesis import GenerationMode
 
 from rollgym.run.server_process import ServerProcess
 
-# make test runs 10 cases per operation and mode; the figure in docs/http-api.md used 20
-EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "10"))
+# cases per operation and mode: make test runs 20 (about 70 s in all; the pulls' default wait
+# made 10 take 230 s before `_steer` capped it)
+EXAMPLES = int(os.environ.get("ROLLGYM_FUZZ_EXAMPLES", "20"))
 GUESS = "rollgym/GuessNumber-v0"
 AGENT_KEY = "fuzz-agent-key-000000"
 COUNTS: collections.Counter[tuple[str, str]] = collections.Counter()
+SECONDS: collections.Counter[str] = collections.Counter()  # time answering, per operation
 SERVER_ERRORS: list[str] = []
 
 
@@ -70,8 +73,10 @@ def test_no_input_gets_a_server_error(server, mode) -> None:
         def fuzz(case) -> None:
             _steer(case, mode, model=server.model_dir.name)
             auth = agent if case.path.startswith("/v1/") else admin
+            started = time.perf_counter()
             response = case.call(headers=auth, timeout=120)
             label = f"{case.method.upper()} {case.path}"
+            SECONDS[label] += time.perf_counter() - started
             COUNTS[(label, f"{response.status_code // 100}xx")] += 1
             if response.status_code >= 500:
                 SERVER_ERRORS.append(f"{label}: {response.status_code} {response.text[:300]}")
@@ -86,11 +91,14 @@ def test_no_input_gets_a_server_error(server, mode) -> None:
 def _steer(case, mode: GenerationMode, *, model: str) -> None:
     """Valid cases go deep: they name the served model and a served env (random strings
     would stop at the first check). A pull may wait up to 10 minutes for groups that never
-    come: its wait is capped; an evaluation plays every episode before it answers (up to
-    4,096): it is cut to a few."""
+    come: its wait is capped, and set where the case leaves it out (its default, 30 s, made
+    the pulls 180 of the positive mode's 200 seconds); an evaluation plays every episode
+    before it answers (up to 4,096): it is cut to a few."""
     body = case.body
     if not isinstance(body, dict):
         return
+    if case.path == "/admin/buffer/pull":
+        body.setdefault("timeout_s", 0.5)
     if isinstance(body.get("timeout_s"), int | float):
         body["timeout_s"] = min(body["timeout_s"], 0.5)
     if case.path == "/admin/evaluations":
@@ -110,5 +118,8 @@ def _report() -> None:
     print(f"\nfuzz: {total} cases, {len(SERVER_ERRORS)} server errors (5xx)")
     for (label, status), count in sorted(COUNTS.items()):
         print(f"  {label:45s} {status}: {count}")
+    print("seconds answering, per operation (both modes), the slowest first:")
+    for label, seconds in SECONDS.most_common():
+        print(f"  {label:45s} {seconds:6.1f} s")
     for line in SERVER_ERRORS:
         print(f"  5xx: {line}")

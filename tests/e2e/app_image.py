@@ -1,0 +1,65 @@
+"""The compose test's app image, built in the background from the start of the session.
+
+``scripts/setup.sh app-image`` (the wheelhouse, then an offline ``docker build``) takes
+3-4 minutes on a new machine, mostly disk work: gigabytes of wheels and site-packages
+written into layers. Started as soon as the compose test is among the collected tests, it
+overlaps the tiers that run before it instead of adding its time to theirs; the compose
+test's fixture waits for it. On a machine that built it before, the script finds the
+wheelhouse and every layer cached and takes seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_TEST = Path(__file__).with_name("test_compose_e2e.py")
+_BUILD = pytest.StashKey[tuple[subprocess.Popen[bytes], Path]]()
+
+
+def start_if_needed(session: pytest.Session) -> None:
+    """Start the build when a selected test is the compose test's."""
+    if session.config.option.collectonly:
+        return
+    if not any(Path(item.path) == COMPOSE_TEST for item in session.items):
+        return
+    log = Path(tempfile.mkstemp(prefix="rollgym-app-image-", suffix=".log")[1])
+    with log.open("wb") as out:
+        build = subprocess.Popen(
+            [str(ROOT / "scripts/setup.sh"), "app-image"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: stopped whole if the session ends first
+        )
+    session.config.stash[_BUILD] = (build, log)
+
+
+def wait(config: pytest.Config) -> None:
+    """Block until the image is built (building it now if nothing started it); fail the
+    test with the end of the script's output if it failed."""
+    if _BUILD not in config.stash:
+        built = subprocess.run(
+            [str(ROOT / "scripts/setup.sh"), "app-image"], capture_output=True, text=True
+        )
+        if built.returncode != 0:
+            pytest.fail(f"scripts/setup.sh app-image failed:\n{built.stderr[-3000:]}")
+        return
+    build, log = config.stash[_BUILD]
+    if build.wait() != 0:
+        pytest.fail(f"scripts/setup.sh app-image failed ({log}):\n{log.read_text()[-3000:]}")
+
+
+def stop(config: pytest.Config) -> None:
+    """End a build still running when the session ends (its test was never reached); the
+    script repairs a cut-off build on its next run."""
+    if _BUILD in config.stash:
+        build, _ = config.stash[_BUILD]
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGTERM)
+            build.wait()
