@@ -179,6 +179,33 @@ async def test_the_controller_probes_again_later() -> None:
     assert engine.switches.count(True) >= 2  # the first try and at least one probe
 
 
+async def test_a_probe_whose_drafts_fail_ends_after_a_few_steps_not_a_window() -> None:
+    clock = Clock()
+    meter = EngineMeter(clock=clock)
+    engine = SimulatedEngine(meter, clock, on_rate=700.0, acceptance=0.0)
+    rule = WindowRule(tokens=10**9, busy_s=2.0)  # a window: 2 busy seconds
+    controller = SpeculationController(
+        gate(probe_after_s=100.0), meter, rule, engine.set_drafting, clock=clock
+    )
+    await controller.step()  # the baseline: drafting off
+    engine.run(2.5)
+    await controller.step()  # the plain window closes: drafting on
+    assert engine.drafting
+    engine.run(0.3)  # three steps, 90 drafts, none accepted
+    await controller.step()
+    assert not engine.drafting  # judged after 0.3 s, not after the window's 2 s
+    assert controller.gate.acceptance == 0.0
+
+
+def test_only_a_clear_failure_closes_a_drafting_window_early() -> None:
+    rule = WindowRule(tokens=100, busy_s=5.0, early_drafted=64)
+    failing = Window(20, 0.2, drafted=64, accepted=9)  # 0.14 against a bar of 0.3
+    assert rule.closes(failing, min_acceptance=0.3)
+    assert not rule.closes(failing)  # drafting off: the rate rules alone
+    assert not rule.closes(Window(20, 0.2, drafted=63, accepted=0), min_acceptance=0.3)
+    assert not rule.closes(Window(30, 0.2, drafted=64, accepted=10), min_acceptance=0.3)
+
+
 def test_window_rule() -> None:
     rule = WindowRule(tokens=100, busy_s=5.0, min_tokens=10)
     assert not rule.closes(Window(5, 50.0))  # too few tokens to judge
