@@ -87,13 +87,11 @@ if ENV_ID not in gymnasium.registry:
 
 
 def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
-    from rollgym.run.pipeline import CpuSplit, RunConfig, TaskConfig, final_weights
-    from rollgym.run.server_process import ServerProcess
+    from bench.grpo_mode import served, train_timed
+    from rollgym.run.pipeline import RunConfig, TaskConfig, final_weights
     from rollgym.run.warmstart import BUILT_IN_RULES
-    from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import TrainerConfig
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
-    from rollgym.trainer.loop import train
 
     root = args.out / name
     shutil.rmtree(root, ignore_errors=True)
@@ -117,23 +115,8 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
         learning_rate=args.lr,
     )
     run = RunConfig(run_dir=root, task=task, trainer=trainer_config, eval_episodes=0)
-    threads = CpuSplit()
-    import torch
-
-    torch.set_num_threads(threads.trainer)
-    server = ServerProcess(model_dir=warm_dir, data_dir=root / "server", threads=threads.server)
-    with server, ServerClient(server.client_config()) as client:
-        load_before = os.getloadavg()[0]
-        started = time.monotonic()
-        result = train(
-            run.grpo,
-            client,
-            warm_dir,
-            on_ready=lambda: client.start_rollouts(run.rollout_job()),
-            printer=None,
-        )
-        wall = time.monotonic() - started
-        client.stop_rollouts()
+    with served(warm_dir, root / "server") as client:
+        timed = train_timed(run, client, warm_dir)
         success = evaluate_weights(
             client,
             final_weights(run),
@@ -143,19 +126,18 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
             max_turns=MAX_TURNS,
             sampling=run.sampling(),
         )
-    first, last = result.records[0].at, result.records[-1].at
+    result = timed.result
     return {
         "mode": name,
         "staleness": staleness,
         "steps": result.steps,
-        "wall_s": wall,
-        # from the first step's end to the last: leaves out start-up and the first batch
-        "updates_per_min": 60 * (len(result.records) - 1) / (last - first),
+        "wall_s": timed.wall_s,
+        "updates_per_min": timed.updates_per_min,
         "success": success,
         "shares": result.stage_shares,
         "dropped": result.dropped.total,
         "lag": sum(r.version_lag_mean for r in result.records) / len(result.records),
-        "load": (load_before, os.getloadavg()[0]),
+        "load": timed.load,
     }
 
 

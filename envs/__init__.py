@@ -3,7 +3,8 @@
 The contract the rollout runner (``server/``) relies on:
 
 1. **Registration.** ``import envs`` registers ``rollgym/GuessNumber-v0``,
-   ``rollgym/PythonTests-v0``, ``rollgym/Shell-v0`` and ``rollgym/ToolUse-v0`` (string entry
+   ``rollgym/PythonTests-v0``, ``rollgym/Shell-v0``, ``rollgym/ToolUse-v0`` and
+   ``rollgym/GuessTool-v0`` (GuessNumber through a sandboxed tool; string entry
    points, ``max_episode_steps`` set: a turn limit is ``truncated`` by ``TimeLimit``, never
    ``terminated``).
 2. **Messages.** ``reset`` returns the opening messages (system + first user message) as a

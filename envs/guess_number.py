@@ -37,6 +37,8 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
+import numpy as np
+
 from rollgym.envs.core import ChatEnv, Opening, Turn
 from rollgym.envs.errors import ActionError, TaskNotFound
 from rollgym.envs.messages import system, user
@@ -100,6 +102,20 @@ def parse_guess(text: str, low: int, high: int, *, strict: bool = False) -> int:
     return int(digits)
 
 
+def task_ids(low: int, high: int) -> list[str]:
+    """One task per target: ``"guess-<target>"``."""
+    return [f"guess-{n}" for n in range(low, high + 1)]
+
+
+def pick_target(options: dict[str, Any], rng: np.random.Generator, low: int, high: int) -> int:
+    """The target ``options["task_id"]`` names, or one drawn from ``low..high`` with ``rng``."""
+    if "task_id" not in options:
+        return int(rng.integers(low, high + 1))
+    if options["task_id"] not in task_ids(low, high):
+        raise TaskNotFound(f"no task {options['task_id']!r} in {low}..{high}")
+    return int(str(options["task_id"]).removeprefix("guess-"))
+
+
 class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
     """Find a hidden number in ``[low, high]``; see the module docstring."""
 
@@ -128,15 +144,10 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
         self._found = False
 
     def task_ids(self) -> list[str]:
-        return [f"guess-{n}" for n in range(self.low, self.high + 1)]
+        return task_ids(self.low, self.high)
 
     def _open(self, options: dict[str, Any]) -> Opening:
-        if "task_id" in options:
-            if options["task_id"] not in self.task_ids():
-                raise TaskNotFound(f"no task {options['task_id']!r} in {self.low}..{self.high}")
-            self._target = int(str(options["task_id"]).removeprefix("guess-"))
-        else:
-            self._target = int(self.np_random.integers(self.low, self.high + 1))
+        self._target = pick_target(options, self.np_random, self.low, self.high)
         self._found = False
         self._open_range = (self.low, self.high)
         span = f"from {self.low} to {self.high}"

@@ -24,6 +24,7 @@ BUILTIN: tuple[Registration, ...] = (
     Registration("rollgym/PythonTests-v0", "rollgym.envs.python_tests:PythonTestsEnv", 4),
     Registration("rollgym/Shell-v0", "rollgym.envs.shell:ShellEnv", 10),
     Registration("rollgym/ToolUse-v0", "rollgym.envs.tool_use:ToolUseEnv", 8),
+    Registration("rollgym/GuessTool-v0", "rollgym.envs.guess_tool:GuessToolEnv", 3),
 )
 
 BUILTIN_IDS: tuple[str, ...] = tuple(entry.env_id for entry in BUILTIN)

@@ -29,9 +29,13 @@ from rollgym.trainer.trust_region import StepTrustRegion
 PLACEHOLDER_PROMPT = "(tasks are chosen by the rollout server)"
 
 
-def grpo_args(config: TrainerConfig) -> GRPOConfig:
-    """TRL's ``GRPOConfig`` for ``config``: one pull, one optimizer step, one push."""
-    return GRPOConfig(
+def grpo_args(config: TrainerConfig, **overrides: Any) -> GRPOConfig:
+    """TRL's ``GRPOConfig`` for ``config``: one pull, one optimizer step, one push.
+
+    ``overrides`` set other ``GRPOConfig`` fields, or replace these (``bench.peers`` runs
+    TRL's own generation on the same settings).
+    """
+    values: dict[str, Any] = dict(
         output_dir=str(config.output_dir),
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=1,
@@ -69,6 +73,7 @@ def grpo_args(config: TrainerConfig) -> GRPOConfig:
         dataloader_pin_memory=False,
         model_init_kwargs={"dtype": "float32"},
     )
+    return GRPOConfig(**{**values, **overrides})
 
 
 def placeholder_prompts(config: TrainerConfig) -> Dataset:

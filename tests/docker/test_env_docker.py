@@ -19,7 +19,12 @@ from rollgym.sandboxes.docker import DockerSandboxPool
 from rollgym.sandboxes.docker.provider import LABEL_POOL
 
 ROLLGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("rollgym/"))
-SANDBOXED = ["rollgym/PythonTests-v0", "rollgym/Shell-v0", "rollgym/ToolUse-v0"]
+SANDBOXED = [
+    "rollgym/GuessTool-v0",
+    "rollgym/PythonTests-v0",
+    "rollgym/Shell-v0",
+    "rollgym/ToolUse-v0",
+]
 
 
 @pytest.fixture(scope="module")
