@@ -38,9 +38,10 @@ from rollgym.envs.guess_number import (
     GuessStep,
     GuessStepReward,
     GuessTerminalReward,
+    judge,
     pick_target,
 )
-from rollgym.envs.guess_tool import check_guess, judge, read_reply, verdict_argv
+from rollgym.envs.guess_tool import check_guess, read_reply, verdict_argv
 from rollgym.envs.programs import Meter
 from rollgym.sandboxes.base import WORK_DIR
 from rollgym.sandboxes.config import SandboxConfig

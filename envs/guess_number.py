@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rollgym.envs import guess_verdict
 from rollgym.envs.core import ChatEnv, Opening, Turn
 from rollgym.envs.errors import ActionError, TaskNotFound
 from rollgym.envs.messages import system, user
@@ -102,6 +103,13 @@ def parse_guess(text: str, low: int, high: int, *, strict: bool = False) -> int:
     return int(digits)
 
 
+def judge(guess: int, target: int) -> Verdict:
+    """The verdict on a valid ``guess``."""
+    if guess == target:
+        return "correct"
+    return "higher" if guess < target else "lower"
+
+
 def task_ids(low: int, high: int) -> list[str]:
     """One task per target: ``"guess-<target>"``."""
     return [f"guess-{n}" for n in range(low, high + 1)]
@@ -161,25 +169,19 @@ class GuessNumberEnv(ChatEnv[GuessStep, GuessEpisode]):
 
     def _turn(self, action: str) -> Turn[GuessStep]:
         guess = parse_guess(action, self.low, self.high, strict=self.strict)
-        verdict: Verdict
-        if guess == self._target:
-            verdict, self._found = "correct", True
-        else:
-            verdict = "higher" if guess < self._target else "lower"
+        verdict = judge(guess, self._target)
+        self._found = verdict == "correct"
         reply = user(self._say(guess, verdict))
         return Turn((reply,), GuessStep(guess, verdict), terminated=self._found)
 
     def _say(self, guess: int, verdict: Verdict) -> str:
-        """The verdict's words; with ``feedback="range"``, then the range still open."""
-        low, high = self._open_range
-        if verdict == "higher":
-            low = max(low, guess + 1)
-        elif verdict == "lower":
-            high = min(high, guess - 1)
-        self._open_range = (low, high)
-        if self.feedback == "direction" or verdict == "correct":
+        """The verdict's words; with ``feedback="range"``, then the range still open (the
+        words GuessTool's in-box program says: ``guess_verdict.verdict``)."""
+        reply = guess_verdict.verdict(*self._open_range, self._target, guess)
+        self._open_range = (reply["low"], reply["high"])
+        if self.feedback == "direction":
             return FEEDBACK[verdict]
-        return f"{FEEDBACK[verdict]} From {low} to {high}."
+        return str(reply["reply"])
 
     def _rejected(self, error: str) -> GuessStep:
         return GuessStep(None, "invalid")

@@ -46,7 +46,7 @@ from rollgym.envs.guess_number import (
     GuessStep,
     GuessStepReward,
     GuessTerminalReward,
-    Verdict,
+    judge,
     pick_target,
     task_ids,
 )
@@ -117,12 +117,6 @@ def check_guess(number: int, low: int, high: int) -> int:
     if not low <= number <= high:
         raise ActionError(f"Out of range: pick a number from {low} to {high}.")
     return int(number)
-
-
-def judge(guess: int, target: int) -> Verdict:
-    if guess == target:
-        return "correct"
-    return "higher" if guess < target else "lower"
 
 
 class GuessToolEnv(SandboxEnv[GuessStep, GuessEpisode]):

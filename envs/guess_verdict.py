@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 
-def verdict(low: int, high: int, target: int, guess: int) -> dict[str, object]:
+def verdict(low: int, high: int, target: int, guess: int) -> dict[str, Any]:
     """The reply to ``guess`` and the range it leaves open (``low..high`` before it)."""
     if guess == target:
         return {"reply": "Correct!", "low": guess, "high": guess}

@@ -233,12 +233,15 @@ class WindowRule:
     early_drafted: int = 64
 
     def closes(self, window: Window, *, min_acceptance: float | None = None) -> bool:
-        clearly_failing = window.accepted < window.drafted * (min_acceptance or 0.0) / 2
-        if min_acceptance is not None and window.drafted >= self.early_drafted and clearly_failing:
+        if min_acceptance is not None and self._drafts_clearly_fail(window, min_acceptance):
             return True
         if window.tokens < self.min_tokens:
             return False
         return window.tokens >= self.tokens or window.busy_s >= self.busy_s
+
+    def _drafts_clearly_fail(self, window: Window, min_acceptance: float) -> bool:
+        enough = window.drafted >= self.early_drafted
+        return enough and window.accepted < window.drafted * min_acceptance / 2
 
 
 def metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: int = 0) -> Any:

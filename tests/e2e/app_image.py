@@ -27,8 +27,21 @@ def start_if_needed(session: pytest.Session) -> None:
     """Start the build when a selected test is the compose test's."""
     if session.config.option.collectonly:
         return
-    if not any(Path(item.path) == COMPOSE_TEST for item in session.items):
-        return
+    if any(Path(item.path) == COMPOSE_TEST for item in session.items):
+        _start(session.config)
+
+
+def wait(config: pytest.Config) -> None:
+    """Block until the image is built (starting the build now if nothing started it); fail
+    the test with the end of the script's output if it failed."""
+    if _BUILD not in config.stash:
+        _start(config)
+    build, log = config.stash[_BUILD]
+    if build.wait() != 0:
+        pytest.fail(f"scripts/setup.sh app-image failed ({log}):\n{log.read_text()[-3000:]}")
+
+
+def _start(config: pytest.Config) -> None:
     log = Path(tempfile.mkstemp(prefix="rollgym-app-image-", suffix=".log")[1])
     with log.open("wb") as out:
         build = subprocess.Popen(
@@ -37,22 +50,7 @@ def start_if_needed(session: pytest.Session) -> None:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: stopped whole if the session ends first
         )
-    session.config.stash[_BUILD] = (build, log)
-
-
-def wait(config: pytest.Config) -> None:
-    """Block until the image is built (building it now if nothing started it); fail the
-    test with the end of the script's output if it failed."""
-    if _BUILD not in config.stash:
-        built = subprocess.run(
-            [str(ROOT / "scripts/setup.sh"), "app-image"], capture_output=True, text=True
-        )
-        if built.returncode != 0:
-            pytest.fail(f"scripts/setup.sh app-image failed:\n{built.stderr[-3000:]}")
-        return
-    build, log = config.stash[_BUILD]
-    if build.wait() != 0:
-        pytest.fail(f"scripts/setup.sh app-image failed ({log}):\n{log.read_text()[-3000:]}")
+    config.stash[_BUILD] = (build, log)
 
 
 def stop(config: pytest.Config) -> None:
