@@ -38,11 +38,12 @@ class _Config(BaseModel):
 class SpeculationConfig(_Config):
     """vLLM's n-gram speculative decoding, under a gate (``server.engine.speculation``).
 
-    Off by default: drafts pay only on repetitive output. When on, the engine starts with
-    the drafter and the gate keeps drafting on only while the acceptance rate stays at
-    ``min_acceptance`` or more and tokens per busy second stay within ``tolerance`` of the
-    plain rate measured just before; otherwise drafting stops and is probed again after
-    ``probe_after_s`` (doubling while probes fail).
+    Off by default: drafts pay only on repetitive output. When on, the engine starts plain
+    and the gate replays vLLM's drafter over what it serves; once those drafts would be
+    accepted at ``min_acceptance`` or more it switches to an engine with the drafter, and
+    back to a plain one when the measured acceptance falls under ``min_acceptance`` or
+    tokens per busy second fall more than ``tolerance`` under the plain rate; drafting is
+    then not tried again for ``probe_after_s`` (doubling while tries fail).
     """
 
     enabled: bool = False
@@ -54,7 +55,7 @@ class SpeculationConfig(_Config):
     tolerance: float = Field(0.05, ge=0, lt=1, description="rate drop allowed vs plain")
     window_tokens: int = Field(2048, ge=32, description="a window closes after this many...")
     window_s: float = Field(10.0, gt=0, description="...or this many busy seconds")
-    probe_after_s: float = Field(60.0, gt=0)
+    probe_after_s: float = Field(60.0, gt=0, description="wait after a failed try of drafting")
 
     @model_validator(mode="after")
     def _lookup(self) -> SpeculationConfig:

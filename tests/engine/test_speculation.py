@@ -1,7 +1,11 @@
-"""Speculative decoding on the real engine: drafts are accepted, and the logprobs a
-trajectory records are still the target model's (checked against transformers)."""
+"""Speculative decoding on the real engine: drafts are accepted, the logprobs a trajectory
+records are still the target model's (checked against transformers), the gate's replay of
+the drafter matches a drafting engine's counters, and a switch of engines loses nothing."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
 
 import pytest
 import pytest_asyncio
@@ -70,13 +74,107 @@ async def test_a_trajectory_sampled_with_drafts_records_the_target_models_logpro
     assert max(gaps) < 0.02, gaps
 
 
-async def test_drafting_switches_off_and_on(engine) -> None:
-    prompt = [5, 6, 7, 8] * 8
-    settings = SamplingSettings(temperature=0.0, max_tokens=32)
-    await engine.set_drafting(False)
-    before = engine.meter.totals()
-    await engine.generate(prompt, settings)
-    assert engine.meter.totals().drafted == before.drafted
-    await engine.set_drafting(True)
-    await engine.generate(prompt, settings)
-    assert engine.meter.totals().drafted > before.drafted
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def gated(default_model_dir):
+    """A gated engine whose windows never close: the tests switch it themselves."""
+    speculation = SpeculationConfig(enabled=True, window_tokens=10**9, window_s=10**9)
+    config = EngineConfig(
+        model_dir=default_model_dir, max_model_len=512, kv_cache_gib=0.5, speculation=speculation
+    )
+    async with VLLMEngine(config) as engine:
+        yield engine
+
+
+REPEATING = [5, 6, 7, 8] * 8  # the random model continues it greedily with repeats
+GREEDY = SamplingSettings(temperature=0.0, max_tokens=48)
+
+
+async def test_the_replayed_drafts_are_what_the_speculative_engine_drafts(gated) -> None:
+    assert not gated.drafting  # the gate starts plain
+    controller = gated.speculation
+    prompts = [REPEATING[i:] for i in range(4)]
+    before = gated.meter.totals()
+    plain = [await gated.generate(p, GREEDY) for p in prompts]
+    await controller.step()  # replays what was served
+    shadow = gated.meter.totals()
+    assert shadow.drafted == before.drafted, "a plain engine drafted"
+    replayed_drafted = shadow.shadow_drafted - before.shadow_drafted
+    replayed_accepted = shadow.shadow_accepted - before.shadow_accepted
+    assert replayed_drafted > 0 and replayed_accepted > 0, "no draft to compare: proves nothing"
+
+    await gated.set_drafting(True)
+    assert gated.drafting
+    drafting = [await gated.generate(p, GREEDY) for p in prompts]
+    after = gated.meter.totals()
+    assert [g.token_ids for g in drafting] == [g.token_ids for g in plain]
+    # greedy: the same tokens, so the same drafts and the same verdicts on them, except
+    # at each generation's end, where vLLM drafts past the length cap (up to k per prompt)
+    k = gated.config.speculation.num_speculative_tokens
+    drafted, accepted = after.drafted - shadow.drafted, after.accepted - shadow.accepted
+    assert replayed_drafted <= drafted <= replayed_drafted + k * len(prompts)
+    assert replayed_accepted <= accepted <= replayed_accepted + k * len(prompts)
+    await gated.set_drafting(False)
+    assert not gated.drafting
+
+
+@pytest.mark.parametrize("swap_timeout_s", [60.0, 0.01], ids=["drained", "aborted-and-rerun"])
+async def test_requests_running_at_a_switch_complete_at_the_same_version(
+    gated, monkeypatch, swap_timeout_s
+) -> None:
+    """Long requests outlive the new engine's start; the old engine finishes them, or past
+    the deadline aborts them and the new engine runs them again."""
+    monkeypatch.setattr(
+        gated, "config", gated.config.model_copy(update={"swap_timeout_s": swap_timeout_s})
+    )
+    running_at_flip: list[int] = []
+    retire = gated._retire
+
+    async def spied(old):
+        running_at_flip.append(old.output_processor.get_num_unfinished_requests())
+        await retire(old)
+
+    monkeypatch.setattr(gated, "_retire", spied)
+    version = gated.policy_version
+    long = SamplingSettings(temperature=1.0, max_tokens=400)
+    requests = [asyncio.create_task(gated.generate(REPEATING, long)) for _ in range(48)]
+    await asyncio.sleep(0.2)  # submitted to the plain engine
+    await gated.set_drafting(True)  # starts a speculative engine while they run
+    later = await gated.generate(REPEATING, GREEDY)
+    done = await asyncio.gather(*requests)
+    assert running_at_flip[0] > 0, "every request ended before the switch: proves nothing"
+    ends = {(g.finish_reason, len(g.token_ids) if g.finish_reason == "length" else 0) for g in done}
+    assert ends <= {("stop", 0), ("length", 400)}  # none aborted, none cut short
+    assert {g.policy_version for g in [*done, later]} == {version}
+    drafted = gated.meter.totals().drafted
+    await gated.set_drafting(False)
+    await gated.generate(REPEATING, GREEDY)
+    assert gated.meter.totals().drafted == drafted  # plain again: nothing drafted
+
+
+def engine_processes() -> set[int]:
+    """This process's live vLLM engine-core children (vLLM names them ``VLLM::EngineCore``)."""
+    import psutil
+
+    live = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended meanwhile
+            if "EngineCore" in child.name() and child.status() != psutil.STATUS_ZOMBIE:
+                live.add(child.pid)
+    return live
+
+
+async def test_closing_during_a_switch_leaves_no_engine_running(default_model_dir) -> None:
+    before = engine_processes()
+    config = EngineConfig(
+        model_dir=default_model_dir,
+        max_model_len=512,
+        kv_cache_gib=0.5,
+        speculation=SpeculationConfig(enabled=True, window_tokens=10**9, window_s=10**9),
+    )
+    engine = VLLMEngine(config)
+    await engine.start()
+    switch = asyncio.create_task(engine.set_drafting(True))
+    await asyncio.sleep(0.5)  # the drafting engine is starting
+    switch.cancel()
+    await engine.close()
+    assert engine_processes() - before == set()

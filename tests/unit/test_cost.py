@@ -114,7 +114,7 @@ def test_speculation_and_precision_savings() -> None:
     clock = Clock()
     engine_meter = EngineMeter(clock=clock)
     gate = SpeculationGate(min_acceptance=0.3, tolerance=0.05, probe_after_s=10)
-    gate.close_window(Window(1000, 1.0), now=0)
+    gate.close_window(Window(1000, 1.0, shadow_drafted=300, shadow_accepted=210), now=0)
     gate.close_window(Window(1500, 1.0, drafted=300, accepted=240), now=1)
     controller = SpeculationController(gate, engine_meter, WindowRule(100, 1.0), _noop)
     cost = meter(
@@ -138,6 +138,7 @@ def test_speculation_and_precision_savings() -> None:
     assert view.enabled and view.drafting and view.acceptance == pytest.approx(0.8)
     assert (view.drafted_tokens, view.accepted_tokens) == (300, 240)
     assert view.plain_tokens_per_s == 1000 and view.drafting_tokens_per_s == 1500
+    assert view.state == "on" and view.shadow_acceptance == pytest.approx(0.7)
 
 
 async def _noop(on: bool) -> None:

@@ -1,4 +1,5 @@
-"""The speculation gate's rules, its controller on a simulated engine, and the meter."""
+"""The speculation gate's rules, its controller on a simulated engine, the meter, and the
+replay of vLLM's drafter over plain generations."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from rollgym.server.engine.speculation import (
     EngineMeter,
+    ShadowDrafts,
     SpeculationController,
     SpeculationGate,
     Window,
@@ -20,64 +22,85 @@ def gate(**overrides: float) -> SpeculationGate:
     return SpeculationGate(**options)  # type: ignore[arg-type]
 
 
-PLAIN = Window(tokens=1000, busy_s=1.0)  # 1000 tokens per busy second
+PLAIN = Window(tokens=1000, busy_s=1.0)  # 1000 tokens per busy second, nothing replayed
+PAYS = Window(tokens=1000, busy_s=1.0, shadow_drafted=100, shadow_accepted=40)  # 0.4 >= 0.3
 
 
-def test_it_measures_the_plain_rate_first_then_drafts() -> None:
+def on(g: SpeculationGate, now: float = 0.0) -> SpeculationGate:
+    """``g`` switched on by a plain window whose replayed drafts would pay."""
+    assert g.close_window(PAYS, now=now)
+    return g
+
+
+def test_it_serves_plain_and_measures_the_plain_rate() -> None:
     g = gate()
-    assert not g.drafting and g.state == "baseline"
-    assert g.close_window(PLAIN, now=0.0)
-    assert g.plain_speed == 1000.0 and g.switches == 1
+    assert not g.drafting and g.state == "off"
+    assert not g.close_window(PLAIN, now=0.0)
+    assert g.plain_speed == 1000.0 and g.switches == 0 and g.shadow_acceptance is None
+
+
+def test_it_drafts_once_replayed_drafts_would_be_accepted_at_the_bar() -> None:
+    g = gate()
+    assert not g.close_window(Window(1000, 1.0, shadow_drafted=100, shadow_accepted=29), now=0)
+    assert g.shadow_acceptance == 0.29
+    assert g.close_window(Window(1000, 1.0, shadow_drafted=100, shadow_accepted=30), now=1)
+    assert g.switches == 1 and g.plain_speed == 1000.0
+
+
+def test_too_few_replayed_drafts_say_nothing() -> None:
+    g = gate(min_drafted=64)
+    assert not g.close_window(Window(1000, 1.0, shadow_drafted=63, shadow_accepted=63), now=0)
 
 
 def test_low_acceptance_switches_off_even_when_fast() -> None:
-    g = gate()
-    g.close_window(PLAIN, now=0.0)
+    g = on(gate())
     assert not g.close_window(Window(2000, 1.0, drafted=100, accepted=20), now=1.0)
     assert g.state == "off" and g.acceptance == 0.2 and g.next_probe_at == 11.0
 
 
 def test_a_rate_below_plain_beyond_the_tolerance_switches_off() -> None:
-    g = gate()
-    g.close_window(PLAIN, now=0.0)
+    g = on(gate())
     assert g.close_window(Window(960, 1.0, drafted=100, accepted=90), now=1.0)  # -4%: on
     assert not g.close_window(Window(940, 1.0, drafted=100, accepted=90), now=2.0)  # -6%: off
 
 
 def test_no_drafts_is_judged_by_rate_alone() -> None:
-    g = gate()
-    g.close_window(PLAIN, now=0.0)
+    g = on(gate())
     assert g.close_window(Window(1000, 1.0), now=1.0)
     assert g.acceptance is None
 
 
-def test_probes_back_off_while_they_fail_and_reset_when_one_pays() -> None:
-    g = gate(probe_after_s=10.0)
-    g.close_window(PLAIN, now=0.0)
+def test_tries_back_off_while_they_fail_and_reset_when_one_pays() -> None:
+    g = on(gate(probe_after_s=10.0))
     bad = Window(500, 1.0, drafted=100, accepted=0)
     good = Window(1500, 1.0, drafted=100, accepted=80)
     g.close_window(bad, now=1.0)
-    assert not g.tick(10.0) and g.tick(11.0)  # probes at 1 + 10
+    assert not g.close_window(PAYS, now=10.0)  # waits until 1 + 10
+    assert g.close_window(PAYS, now=11.0)
     g.close_window(bad, now=12.0)
     assert g.next_probe_at == 32.0  # the wait doubled
-    assert not g.tick(31.0)
-    g.close_window(PLAIN, now=31.5)  # off: windows refresh the plain rate
-    assert g.tick(32.0)
+    assert not g.close_window(PAYS, now=31.0)
+    assert g.close_window(PAYS, now=32.0)
     assert g.close_window(good, now=33.0)  # pays: stays on, the wait resets
     g.close_window(bad, now=34.0)
     assert g.next_probe_at == 44.0
 
 
 def test_the_wait_is_capped() -> None:
-    g = gate(probe_after_s=10.0, max_probe_after_s=25.0)
-    g.close_window(PLAIN, now=0.0)
+    g = on(gate(probe_after_s=10.0, max_probe_after_s=25.0))
     bad = Window(500, 1.0, drafted=100, accepted=0)
     now = 1.0
     for _ in range(4):
         g.close_window(bad, now=now)
         now = g.next_probe_at or now
-        g.tick(now)
-    assert g.next_probe_at is None and g._wait_s == 25.0
+        g.close_window(PAYS, now=now)
+    assert g._wait_s == 25.0
+
+
+def test_an_abandoned_switch_counts_as_a_failed_try() -> None:
+    g = on(gate(probe_after_s=10.0))
+    g.abandon(5.0)
+    assert g.state == "off" and g.next_probe_at == 15.0
 
 
 class Clock:
@@ -110,12 +133,22 @@ def test_speed_is_per_running_request() -> None:
 
 
 class SimulatedEngine:
-    """An engine whose rate depends on drafting: ``on_rate`` with drafts, 1000 without."""
+    """Plain at 1000 tokens/s; drafting at ``on_rate`` with drafts accepted at ``acceptance``;
+    plain steps' replayed drafts would be accepted at ``replayed`` (default: ``acceptance``)."""
 
-    def __init__(self, meter: EngineMeter, clock: Clock, *, on_rate: float, acceptance: float):
+    def __init__(
+        self,
+        meter: EngineMeter,
+        clock: Clock,
+        *,
+        on_rate: float,
+        acceptance: float,
+        replayed: float | None = None,
+    ):
         self.meter, self.clock = meter, clock
         self.on_rate, self.acceptance = on_rate, acceptance
-        self.drafting = True  # vLLM's drafter drafts until told otherwise
+        self.replayed = acceptance if replayed is None else replayed
+        self.drafting = False  # the gated engine starts plain
         self.switches: list[bool] = []
 
     async def set_drafting(self, on: bool) -> None:
@@ -123,18 +156,28 @@ class SimulatedEngine:
         self.switches.append(on)
 
     def run(self, seconds: float) -> None:
-        """Busy steps of 0.1 s."""
+        """Busy steps of 0.1 s, each with 30 drafts made or replayed."""
         for _ in range(round(seconds * 10)):
             self.clock.now += 0.1
-            rate = self.on_rate if self.drafting else 1000.0
-            drafted = 30 if self.drafting else 0
-            self.meter.step(
-                generated=round(rate * 0.1),
-                prompt=0,
-                running=1,
-                drafted=drafted,
-                accepted=round(drafted * self.acceptance),
-            )
+            if self.drafting:
+                accepted = round(30 * self.acceptance)
+                self.meter.step(
+                    generated=round(self.on_rate * 0.1),
+                    prompt=0,
+                    running=1,
+                    drafted=30,
+                    accepted=accepted,
+                )
+            else:
+                self.meter.step(generated=100, prompt=0, running=1)
+                self.meter.shadow(drafted=30, accepted=round(30 * self.replayed))
+
+
+def controller_for(
+    engine: SimulatedEngine, g: SpeculationGate, **rule: float
+) -> SpeculationController:
+    window = WindowRule(**({"tokens": 10**9, "busy_s": 2.0} | rule))  # type: ignore[arg-type]
+    return SpeculationController(g, engine.meter, window, engine.set_drafting, clock=engine.clock)
 
 
 async def drive(engine: SimulatedEngine, controller: SpeculationController, seconds: float):
@@ -144,50 +187,34 @@ async def drive(engine: SimulatedEngine, controller: SpeculationController, seco
 
 
 @pytest.mark.parametrize(
-    ("on_rate", "acceptance", "drafting_at_the_end"),
-    [(1500.0, 0.8, True), (800.0, 0.8, False), (1200.0, 0.1, False)],
+    ("on_rate", "acceptance", "switches"),
+    [(1500.0, 0.8, [True]), (800.0, 0.8, [True, False]), (1200.0, 0.1, [])],
 )
-async def test_the_controller_keeps_the_better_mode(on_rate, acceptance, drafting_at_the_end):
+async def test_the_controller_keeps_the_better_mode(on_rate, acceptance, switches):
     clock = Clock()
-    meter = EngineMeter(clock=clock)
-    engine = SimulatedEngine(meter, clock, on_rate=on_rate, acceptance=acceptance)
-    controller = SpeculationController(
-        gate(probe_after_s=100.0),
-        meter,
-        WindowRule(tokens=10**9, busy_s=2.0),
-        engine.set_drafting,
-        clock=clock,
+    engine = SimulatedEngine(
+        EngineMeter(clock=clock), clock, on_rate=on_rate, acceptance=acceptance
     )
+    controller = controller_for(engine, gate(probe_after_s=100.0))
     await drive(engine, controller, 30)
-    assert engine.switches[0] is False  # the baseline window runs without drafts
-    assert engine.drafting is drafting_at_the_end
-    assert controller.gate.plain_speed == pytest.approx(1000.0)
+    assert engine.switches == switches  # drafts that would not pay never start an engine
+    assert controller.gate.plain_speed == pytest.approx(1000.0, rel=0.05)
 
 
-async def test_the_controller_probes_again_later() -> None:
+async def test_the_controller_tries_again_later() -> None:
     clock = Clock()
-    meter = EngineMeter(clock=clock)
-    engine = SimulatedEngine(meter, clock, on_rate=800.0, acceptance=0.8)
-    controller = SpeculationController(
-        gate(probe_after_s=10.0),
-        meter,
-        WindowRule(tokens=10**9, busy_s=2.0),
-        engine.set_drafting,
-        clock=clock,
-    )
+    engine = SimulatedEngine(EngineMeter(clock=clock), clock, on_rate=800.0, acceptance=0.8)
+    controller = controller_for(engine, gate(probe_after_s=10.0))
     await drive(engine, controller, 40)
-    assert engine.switches.count(True) >= 2  # the first try and at least one probe
+    assert engine.switches.count(True) >= 2  # the first try and at least one more
 
 
-async def test_a_probe_whose_drafts_fail_ends_after_a_few_steps_not_a_window() -> None:
+async def test_a_try_whose_drafts_fail_ends_after_a_few_steps_not_a_window() -> None:
     clock = Clock()
     meter = EngineMeter(clock=clock)
-    engine = SimulatedEngine(meter, clock, on_rate=700.0, acceptance=0.0)
-    rule = WindowRule(tokens=10**9, busy_s=2.0)  # a window: 2 busy seconds
-    controller = SpeculationController(
-        gate(probe_after_s=100.0), meter, rule, engine.set_drafting, clock=clock
-    )
-    await controller.step()  # the baseline: drafting off
+    # the replay promised 0.8 (say the load changed the output), the drafts get nothing
+    engine = SimulatedEngine(meter, clock, on_rate=700.0, acceptance=0.0, replayed=0.8)
+    controller = controller_for(engine, gate(probe_after_s=100.0))  # a window: 2 busy s
     engine.run(2.5)
     await controller.step()  # the plain window closes: drafting on
     assert engine.drafting
@@ -195,6 +222,60 @@ async def test_a_probe_whose_drafts_fail_ends_after_a_few_steps_not_a_window() -
     await controller.step()
     assert not engine.drafting  # judged after 0.3 s, not after the window's 2 s
     assert controller.gate.acceptance == 0.0
+
+
+async def test_a_switch_that_fails_leaves_the_plain_engine_serving() -> None:
+    clock = Clock()
+    engine = SimulatedEngine(EngineMeter(clock=clock), clock, on_rate=1500.0, acceptance=0.8)
+
+    async def broken(on: bool) -> None:
+        raise RuntimeError("the engine did not start")
+
+    controller = SpeculationController(
+        gate(probe_after_s=10.0), engine.meter, WindowRule(10**9, 2.0), broken, clock=clock
+    )
+    engine.run(2.5)
+    await controller.step()
+    assert not controller.applied and controller.gate.state == "off"
+    assert controller.gate.next_probe_at == pytest.approx(12.5)
+
+
+def shadow(k: int = 3) -> ShadowDrafts:
+    return ShadowDrafts(
+        num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=3, max_model_len=512
+    )
+
+
+def test_the_replay_drafts_at_most_k_tokens_a_step() -> None:
+    prompt, output = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]  # the output copies the prompt
+    # the first output token comes from the prefill; then a step of 3 drafts + 1 token,
+    # then 1 draft: the generation ends there
+    assert shadow(k=3).replay(prompt, output) == (4, 4)
+    assert shadow(k=1).replay(prompt, output) == (3, 3)  # three steps of 1 draft + 1 token
+
+
+def test_a_wrong_draft_ends_the_step_at_the_token_generated() -> None:
+    # after the prefill's "1", the drafter proposes what followed 1 in the prompt (2 3 4):
+    # 2 and 3 are right, 4 is not (9 was generated): the step ends past "2 3 9"
+    assert shadow().replay([1, 2, 3, 4, 5], [1, 2, 3, 9]) == (3, 2)
+
+
+async def test_the_controller_replays_what_was_served_into_the_meter() -> None:
+    clock = Clock()
+    meter = EngineMeter(clock=clock)
+    controller = SpeculationController(
+        gate(), meter, WindowRule(10**9, 10**9), _never, shadow=shadow(), clock=clock
+    )
+    controller.observe([7, 8, 9], [7, 8, 9, 7, 8, 9])
+    controller.observe([1, 2, 3], [4, 5, 6])
+    await controller.step()
+    assert (meter.shadow_drafted, meter.shadow_accepted) == (4, 4)
+    await controller.step()  # replayed once only
+    assert (meter.shadow_drafted, meter.shadow_accepted) == (4, 4)
+
+
+async def _never(on: bool) -> None:
+    raise AssertionError("switched")
 
 
 def test_only_a_clear_failure_closes_a_drafting_window_early() -> None:
