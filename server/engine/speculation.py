@@ -155,7 +155,11 @@ class SpeculationGate:
     def _drafts_would_pay(self, window: Window, now: float) -> bool:
         waited = self.next_probe_at is None or now >= self.next_probe_at
         enough = window.shadow_drafted >= self.min_drafted
-        return waited and enough and window.shadow_accepted >= self.min_acceptance * window.shadow_drafted
+        return (
+            waited
+            and enough
+            and window.shadow_accepted >= self.min_acceptance * window.shadow_drafted
+        )
 
     def _judge(self, now: float) -> None:
         low_acceptance = self.acceptance is not None and self.acceptance < self.min_acceptance
@@ -218,8 +222,8 @@ class ShadowDrafts:
                 num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, max_model_len
             )
         self._propose = propose
-        self._pending: collections.deque[tuple[Sequence[int], Sequence[int]]] = (
-            collections.deque(maxlen=capacity)
+        self._pending: collections.deque[tuple[Sequence[int], Sequence[int]]] = collections.deque(
+            maxlen=capacity
         )
 
     def add(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
@@ -444,7 +448,9 @@ class SpeculationController:
         try:
             await self._set_drafting(drafting)
         except Exception:
-            logger.exception("switching speculative decoding %s failed", "on" if drafting else "off")
+            logger.exception(
+                "switching speculative decoding %s failed", "on" if drafting else "off"
+            )
             self.gate.abandon(self._clock())
             return
         self.applied = drafting

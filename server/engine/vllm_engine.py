@@ -69,6 +69,7 @@ logger = logging.getLogger(__name__)
 WORKER_EXTENSION = f"{RollgymWorkerExtension.__module__}.{RollgymWorkerExtension.__qualname__}"
 _FINISH: dict[str | None, FinishReason] = {"stop": "stop", "length": "length"}
 _STAGING_POLL_S = 0.002  # a poll is one message the engine answers between steps
+_DRAIN_POLL_S = 0.05  # a retiring engine's requests take engine steps of tens of ms
 
 
 @dataclasses.dataclass
@@ -249,8 +250,11 @@ class VLLMEngine:
         callers submit it again), and shut it down."""
         deadline = time.monotonic() + self.config.swap_timeout_s
         try:
-            while old.output_processor.has_unfinished_requests() and time.monotonic() < deadline:
-                await asyncio.sleep(_STAGING_POLL_S)
+            # vLLM offers no event for "drained"; its output processor's count is the truth.
+            while old.output_processor.has_unfinished_requests():
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(_DRAIN_POLL_S)
             if old.output_processor.has_unfinished_requests():
                 self._swaps += 1  # what ends "abort" now runs again, on the new engine
                 await old.engine_core.pause_scheduler_async(mode="abort", clear_cache=False)
