@@ -16,7 +16,10 @@ CPU-seconds (server and engine process) per 1k generated tokens and the acceptan
 * ``repeat``: copy a list back (temperature 0.3): repetitive output, where n-gram drafts
   should pay.
 
-Target: gated within 5% of the better of off and on. Each workload's switch row times
+Target: gated within 5% of the better of off and on (the gated row counts the gate's
+switches). Each workload's step-cost row says what a drafting step cost against a plain
+one, per request, measured from the on and off rows: the figure the gate's
+``draft_step_cost`` guesses until a try measures it. Each workload's switch row times
 the gated engine's switch to a drafting engine and back (``VLLMEngine.set_drafting``: a
 new engine starts while the old one serves), with requests of the workload running.
 
@@ -140,6 +143,12 @@ class Measured:
 
     shadow_drafted: int = 0
     shadow_accepted: int = 0
+    switches: int = 0  # the gate's, gated arm only
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens per sequence per engine step: each step yields one plus its accepted drafts."""
+        return self.tokens / max(self.tokens - self.accepted, 1)
 
     @property
     def acceptance(self) -> str:
@@ -179,7 +188,9 @@ async def play(
 async def gated(config: EngineConfig, codec: ChatCodec, envs: Envs, work: Workload) -> Measured:
     """``play`` on a fresh gated engine, from its first plain window on, as a server starts."""
     async with VLLMEngine(config) as engine:
-        return await play(engine, codec, envs, work)
+        measured = await play(engine, codec, envs, work)
+        assert engine.speculation is not None
+        return dataclasses.replace(measured, switches=engine.speculation.gate.switches)
 
 
 async def switch_times(
@@ -230,9 +241,14 @@ async def speculation_rows(
                     f"{m.rate:.0f} tok/s; {m.cpu_per_1k:.2f} CPU-s/1k tok; acceptance {m.acceptance}",
                     f"off: {off.rate:.0f} tok/s" if name != "off" else "(the baseline)",
                     f"{m.rate / off.rate:.2f}",
-                    f"gated / better of off, on: {gate.rate / better:.2f} (target >= 0.95)"
-                    if name == "gated" else f"success {100 * m.success:.0f}%",
+                    f"gated / better of off, on: {gate.rate / better:.2f} (target >= 0.95); "
+                    f"{gate.switches} switches" if name == "gated" else f"success {100 * m.success:.0f}%",
                 ))  # fmt: skip
+            rows.append((
+                f"{label} {work.name}: a drafting step's cost",
+                f"{off.rate / on.rate * on.tokens_per_step:.2f}x a plain step", "", "",
+                f"off / on rate x {on.tokens_per_step:.2f} tokens per drafting step",
+            ))  # fmt: skip
             to_drafting, back = await switch_times(gated_config, codec, envs, work)
             rows.append((
                 f"{label} {work.name}: the gate's engine switch, episodes running",

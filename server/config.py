@@ -40,10 +40,12 @@ class SpeculationConfig(_Config):
 
     Off by default: drafts pay only on repetitive output. When on, the engine starts plain
     and the gate replays vLLM's drafter over what it serves; once those drafts would be
-    accepted at ``min_acceptance`` or more it switches to an engine with the drafter, and
-    back to a plain one when the measured acceptance falls under ``min_acceptance`` or
-    tokens per busy second fall more than ``tolerance`` under the plain rate; drafting is
-    then not tried again for ``probe_after_s`` (doubling while tries fail).
+    accepted at ``min_acceptance`` or more and would make decoding ``tolerance`` faster (a
+    drafting step takes ``draft_step_cost`` plain steps' time until a try measures it), it
+    switches to an engine with the drafter, and back to a plain one when the measured
+    acceptance falls under ``min_acceptance`` or tokens per busy second fall more than
+    ``tolerance`` under the plain rate; drafting is then not tried again for
+    ``probe_after_s`` (doubling while tries fail).
     """
 
     enabled: bool = False
@@ -56,6 +58,12 @@ class SpeculationConfig(_Config):
     window_tokens: int = Field(2048, ge=32, description="a window closes after this many...")
     window_s: float = Field(10.0, gt=0, description="...or this many busy seconds")
     probe_after_s: float = Field(60.0, gt=0, description="wait after a failed try of drafting")
+    draft_step_cost: float = Field(
+        2.0,
+        gt=0,
+        description="a drafting engine's step over a plain one's, per request, until a try "
+        "measures it (bench.cost prints it per workload)",
+    )
 
     @model_validator(mode="after")
     def _lookup(self) -> SpeculationConfig:

@@ -19,6 +19,8 @@ rollgym_saving_machine_seconds{saving}      gauge  prefix_cache, speculative_dec
 rollgym_spec_decode_drafting                gauge  1 while a speculative engine serves
 rollgym_spec_decode_acceptance              gauge  accepted / drafted, last window with drafts
 rollgym_spec_decode_shadow_acceptance       gauge  would-be acceptance, last plain window
+rollgym_spec_decode_would_be_speedup        gauge  its predicted drafting rate over plain
+rollgym_spec_decode_draft_step_cost         gauge  a drafting step over a plain one (learned)
 rollgym_spec_decode_tokens_per_second{mode} gauge  per sequence-second: plain, drafting
 rollgym_spec_decode_draft_tokens_total      count  drafted tokens (vLLM's spec-decode counters)
 rollgym_spec_decode_accepted_tokens_total   count  accepted draft tokens
@@ -61,7 +63,8 @@ Clock = Callable[[], float]
 
 class DeviceClock:
     """Device-seconds used so far: CPU-seconds of this process and its children (the
-    engine core), or on a GPU host wall seconds x GPUs (the GPUs are held either way)."""
+    engine core), those that ended included (an engine replaced by a switch), or on a GPU
+    host wall seconds x GPUs (the GPUs are held either way)."""
 
     def __init__(self, *, clock: Clock = time.monotonic, gpus: int | None = None):
         self._clock = clock
@@ -74,7 +77,8 @@ class DeviceClock:
         if self.kind == "gpu":
             return (self._clock() - self._started) * self.gpus
         me = psutil.Process()
-        total = sum(me.cpu_times()[:2])
+        times = me.cpu_times()  # children_*: those ended and reaped
+        total = times.user + times.system + times.children_user + times.children_system
         for child in me.children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 total += sum(child.cpu_times()[:2])
@@ -279,6 +283,8 @@ class CostMeter:
             drafting=gate.drafting,
             acceptance=gate.acceptance,
             shadow_acceptance=gate.shadow_acceptance,
+            would_be_speedup=gate.would_be_speedup,
+            draft_step_cost=gate.step_cost,
             acceptance_total=accepted / drafted if drafted else None,
             plain_tokens_per_s=gate.plain_speed,
             drafting_tokens_per_s=gate.on_speed,
@@ -328,6 +334,8 @@ class CostCollector(Collector):
             "rollgym_spec_decode_drafting": float(board.speculation.drafting),
             "rollgym_spec_decode_acceptance": board.speculation.acceptance,
             "rollgym_spec_decode_shadow_acceptance": board.speculation.shadow_acceptance,
+            "rollgym_spec_decode_would_be_speedup": board.speculation.would_be_speedup,
+            "rollgym_spec_decode_draft_step_cost": board.speculation.draft_step_cost,
         }
         for name, value in gauges.items():
             if value is not None:

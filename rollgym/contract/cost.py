@@ -36,6 +36,12 @@ class SpeculationView(BaseModel):
     shadow_acceptance: float | None = Field(
         None, description="the drafts' would-be acceptance, replayed over the last plain window"
     )
+    would_be_speedup: float | None = Field(
+        None, description="... and its drafting rate over the plain one, predicted"
+    )
+    draft_step_cost: float | None = Field(
+        None, description="a drafting step's time over a plain one's, per request (learned)"
+    )
     acceptance_total: float | None = Field(None, description="accepted / drafted, since start")
     plain_tokens_per_s: float | None = Field(
         None, description="tokens per sequence-second (per running request), drafts off"

@@ -296,7 +296,8 @@ function costBoard(cost) {
   rows("speculation-table", spec.enabled ? [
     ["state", `${spec.state}${spec.drafting ? " (drafting)" : ""}`],
     ["acceptance, last window / since start", `${fixed(spec.acceptance, 2)} / ${fixed(spec.acceptance_total, 2)}`],
-    ["would-be acceptance, last plain window", fixed(spec.shadow_acceptance, 2)],
+    ["would-be acceptance / speed-up, last plain window", `${fixed(spec.shadow_acceptance, 2)} / ${fixed(spec.would_be_speedup, 2)}`],
+    ["a drafting step's cost (plain steps)", fixed(spec.draft_step_cost, 2)],
     ["tokens/s per sequence: plain / drafting", `${fixed(spec.plain_tokens_per_s, 1)} / ${fixed(spec.drafting_tokens_per_s, 1)}`],
     ["drafted / accepted tokens", `${spec.drafted_tokens} / ${spec.accepted_tokens}`],
     ["switches", String(spec.switches)],

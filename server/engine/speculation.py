@@ -12,16 +12,23 @@ would pay, judged window by window (``EngineMeter`` windows of the engine's own 
 
 * **off** (a plain engine): each window measures the plain rate and replays vLLM's own
   n-gram drafter over the generations it served (``ShadowDrafts``): how many drafts it
-  would have made and how many the target would have accepted. When that would-be
+  would have made, how many the target would have accepted, and so how many tokens each
+  engine step would have yielded per request (one plus the drafts accepted). A drafting
+  step costs more than a plain one (it checks the drafts; vLLM schedules it
+  synchronously): ``step_cost`` times as long per request. The would-be speedup is
+  ``tokens per step / step_cost``. When it reaches ``1 + tolerance`` and the would-be
   acceptance reaches ``min_acceptance`` (over at least ``min_drafted`` drafts), the
   server switches to a speculative engine;
 * **on** (a speculative engine): at each window's close, ``acceptance = accepted /
-  drafted`` from vLLM's spec-decode counters; it switches back to plain when
+  drafted`` from vLLM's spec-decode counters, and the window measures ``step_cost``
+  (its tokens per step times the plain rate over its rate), which replaces the
+  configured guess (``draft_step_cost``) from then on. It switches back to plain when
   ``acceptance < min_acceptance`` or when the rate falls below ``(1 - tolerance) x`` the
   plain rate measured before; a window whose drafts are accepted at under half the bar
   closes early (``WindowRule``). After a switch back, drafting is not tried again for
   ``probe_after_s``, doubling while tries fail, up to ``max_probe_after_s``; a try that
-  pays resets it.
+  pays resets it. A failed try also taught the gate the step cost, so output no more
+  repetitive than what failed is not tried again.
 
 The replay is exact for greedy decoding and exact in expectation for sampling: vLLM
 accepts an n-gram draft token with the target's probability of it (the draft has no
@@ -44,17 +51,20 @@ while the old one finishes its running requests, then the old one shuts down. A 
 costs an engine start (seconds of CPU) and, briefly, two engines' memory, which is why
 the gate only switches on evidence.
 
-    >>> gate = SpeculationGate(min_acceptance=0.5, tolerance=0.05, probe_after_s=10)
+    >>> gate = SpeculationGate(min_acceptance=0.5, tolerance=0.05, probe_after_s=10,
+    ...                        draft_step_cost=1.5)
     >>> gate.drafting
     False
-    >>> gate.close_window(Window(1000, 1.0, shadow_drafted=90, shadow_accepted=10), now=0.0)
-    False
-    >>> gate.close_window(Window(1000, 1.0, shadow_drafted=90, shadow_accepted=70), now=1.0)
-    True
+    >>> few = Window(1000, 1.0, shadow_drafted=90, shadow_accepted=10, shadow_tokens=100)
+    >>> gate.close_window(few, now=0.0), round(gate.would_be_speedup, 2)  # 100/90 a step
+    (False, 0.74)
+    >>> many = Window(1000, 1.0, shadow_drafted=90, shadow_accepted=70, shadow_tokens=100)
+    >>> gate.close_window(many, now=1.0), round(gate.would_be_speedup, 2)  # 100/30 a step
+    (True, 2.22)
     >>> gate.close_window(Window(900, 1.0, drafted=900, accepted=100), now=2.0)
     False
-    >>> gate.state, gate.next_probe_at
-    ('off', 12.0)
+    >>> gate.state, gate.next_probe_at, round(gate.step_cost, 2)  # 900/800 x 1000/900
+    ('off', 12.0, 1.25)
 """
 
 from __future__ import annotations
@@ -65,7 +75,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,7 +95,8 @@ class Window:
     accepted: int = 0
     sequence_s: float | None = None  # busy time x requests running; None: one at a time
     shadow_drafted: int = 0  # what the drafter would have drafted (``ShadowDrafts``)...
-    shadow_accepted: int = 0  # ... and the target would have accepted, plain generations
+    shadow_accepted: int = 0  # ... and the target would have accepted, plain generations...
+    shadow_tokens: int = 0  # ... over this many generated tokens
 
     @property
     def speed(self) -> float:
@@ -101,6 +112,21 @@ class Window:
     def shadow_acceptance(self) -> float | None:
         return self.shadow_accepted / self.shadow_drafted if self.shadow_drafted else None
 
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Tokens per request per engine step: each step yields one plus its accepted drafts."""
+        return _per_step(self.tokens, self.accepted)
+
+    @property
+    def shadow_tokens_per_step(self) -> float | None:
+        """The same, had the replayed generations been served with drafts."""
+        return _per_step(self.shadow_tokens, self.shadow_accepted)
+
+
+def _per_step(tokens: int, accepted: int) -> float | None:
+    steps = tokens - accepted
+    return tokens / steps if steps > 0 else None
+
 
 class SpeculationGate:
     """Decides, window by window, whether to serve with drafts (see the module docstring)."""
@@ -113,6 +139,7 @@ class SpeculationGate:
         probe_after_s: float,
         max_probe_after_s: float | None = None,
         min_drafted: int = 64,
+        draft_step_cost: float = 1.0,
     ):
         self.min_acceptance = min_acceptance
         self.tolerance = tolerance
@@ -124,6 +151,8 @@ class SpeculationGate:
         self.on_speed: float | None = None  # ... drafting, last window
         self.acceptance: float | None = None  # last window drafting
         self.shadow_acceptance: float | None = None  # last plain window's would-be one
+        self.would_be_speedup: float | None = None  # ... and its drafting rate over plain
+        self.step_cost = draft_step_cost  # a drafting step over a plain one; tries measure it
         self.switches = 0
         self.next_probe_at: float | None = None  # no try of drafting before this
         self.on_busy_s = 0.0  # busy time of the windows drafting
@@ -139,10 +168,13 @@ class SpeculationGate:
             self.on_busy_s += window.busy_s
             self.on_speed = window.speed
             self.acceptance = window.acceptance
+            self._measure_step_cost(window)
             self._judge(now)
         else:
             self.plain_speed = window.speed
             self.shadow_acceptance = window.shadow_acceptance
+            per_step = window.shadow_tokens_per_step
+            self.would_be_speedup = per_step / self.step_cost if per_step else None
             if self._drafts_would_pay(window, now):
                 self._switch("on")
         return self.drafting
@@ -155,11 +187,21 @@ class SpeculationGate:
     def _drafts_would_pay(self, window: Window, now: float) -> bool:
         waited = self.next_probe_at is None or now >= self.next_probe_at
         enough = window.shadow_drafted >= self.min_drafted
-        return (
-            waited
-            and enough
-            and window.shadow_accepted >= self.min_acceptance * window.shadow_drafted
-        )
+        accepted = window.shadow_accepted >= self.min_acceptance * window.shadow_drafted
+        faster = (self.would_be_speedup or 0.0) >= 1 + self.tolerance
+        return waited and enough and accepted and faster
+
+    def _measure_step_cost(self, window: Window) -> None:
+        """A drafting window's step time over the plain one's, per request: its tokens per
+        step at the plain rate, over its rate. Windows of few steps say too little."""
+        per_step, plain = window.tokens_per_step, self.plain_speed
+        if (
+            per_step
+            and plain
+            and window.speed
+            and window.tokens - window.accepted >= self.min_drafted
+        ):
+            self.step_cost = per_step * plain / window.speed
 
     def _judge(self, now: float) -> None:
         low_acceptance = self.acceptance is not None and self.acceptance < self.min_acceptance
@@ -184,6 +226,14 @@ class SpeculationGate:
 Propose = Callable[["np.ndarray"], "np.ndarray"]
 
 
+class Replayed(NamedTuple):
+    """What the drafter would have drafted, the target accepted, over so many tokens."""
+
+    drafted: int
+    accepted: int
+    tokens: int
+
+
 class ShadowDrafts:
     """Replays vLLM's n-gram drafter over generations served without it.
 
@@ -202,9 +252,9 @@ class ShadowDrafts:
         >>> shadow = ShadowDrafts(num_speculative_tokens=3, prompt_lookup_min=1,
         ...                       prompt_lookup_max=3, max_model_len=512)
         >>> shadow.replay([7, 8, 9], [7, 8, 9, 7, 8, 9])  # drafts "8 9 7", then "9": all right
-        (4, 4)
+        Replayed(drafted=4, accepted=4, tokens=6)
         >>> shadow.replay([1, 2, 3], [4, 5, 6])  # nothing repeats: nothing drafted
-        (0, 0)
+        Replayed(drafted=0, accepted=0, tokens=3)
     """
 
     def __init__(
@@ -229,16 +279,16 @@ class ShadowDrafts:
     def add(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
         self._pending.append((prompt_ids, output_ids))
 
-    def replay_pending(self) -> tuple[int, int]:
-        """Replay every queued generation; (drafted, accepted) over them all."""
-        drafted = accepted = 0
+    def replay_pending(self) -> Replayed:
+        """Replay every queued generation; the sum over them all."""
+        total = Replayed(0, 0, 0)
         while self._pending:
-            d, a = self.replay(*self._pending.popleft())
-            drafted, accepted = drafted + d, accepted + a
-        return drafted, accepted
+            one = self.replay(*self._pending.popleft())
+            total = Replayed(*(a + b for a, b in zip(total, one, strict=True)))
+        return total
 
-    def replay(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> tuple[int, int]:
-        """(drafted, accepted) had the drafter run over this generation."""
+    def replay(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> Replayed:
+        """What the drafter would have drafted and got accepted over this generation."""
         import numpy as np
 
         tokens = np.asarray([*prompt_ids, *output_ids], dtype=np.int32)
@@ -251,7 +301,7 @@ class ShadowDrafts:
                 matched += 1
             drafted, accepted = drafted + len(drafts), accepted + matched
             position += matched + 1
-        return drafted, accepted
+        return Replayed(drafted, accepted, len(output_ids))
 
 
 def _vllm_ngram_proposer(k: int, min_n: int, max_n: int, max_model_len: int) -> Propose:
@@ -283,6 +333,7 @@ class EngineMeter:
         self.drafts = 0
         self.shadow_drafted = 0
         self.shadow_accepted = 0
+        self.shadow_tokens = 0
         self._last_step: float | None = None
         self._running = 0
         self._mark = Window(0, 0.0, sequence_s=0.0)
@@ -309,10 +360,11 @@ class EngineMeter:
         self.drafted += drafted
         self.accepted += accepted
 
-    def shadow(self, *, drafted: int, accepted: int) -> None:
+    def shadow(self, replayed: Replayed) -> None:
         """Add what ``ShadowDrafts`` replayed over plain generations."""
-        self.shadow_drafted += drafted
-        self.shadow_accepted += accepted
+        self.shadow_drafted += replayed.drafted
+        self.shadow_accepted += replayed.accepted
+        self.shadow_tokens += replayed.tokens
 
     def totals(self) -> Window:
         return Window(
@@ -323,6 +375,7 @@ class EngineMeter:
             self.sequence_s,
             self.shadow_drafted,
             self.shadow_accepted,
+            self.shadow_tokens,
         )
 
     def since_mark(self) -> Window:
@@ -336,6 +389,7 @@ class EngineMeter:
             (now.sequence_s or 0.0) - (then.sequence_s or 0.0),
             now.shadow_drafted - then.shadow_drafted,
             now.shadow_accepted - then.shadow_accepted,
+            now.shadow_tokens - then.shadow_tokens,
         )
 
     def mark(self) -> None:
@@ -434,8 +488,7 @@ class SpeculationController:
     async def step(self) -> None:
         """One look at the meter (the loop's body; tests call it directly)."""
         if self.shadow is not None:
-            drafted, accepted = self.shadow.replay_pending()
-            self.meter.shadow(drafted=drafted, accepted=accepted)
+            self.meter.shadow(self.shadow.replay_pending())
         now = self._clock()
         window = self.meter.since_mark()
         drafting_bar = self.gate.min_acceptance if self.gate.drafting else None

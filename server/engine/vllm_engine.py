@@ -201,7 +201,10 @@ class VLLMEngine:
     async def _start_gate(self) -> None:
         s = self.config.speculation
         gate = SpeculationGate(
-            min_acceptance=s.min_acceptance, tolerance=s.tolerance, probe_after_s=s.probe_after_s
+            min_acceptance=s.min_acceptance,
+            tolerance=s.tolerance,
+            probe_after_s=s.probe_after_s,
+            draft_step_cost=s.draft_step_cost,
         )
         rule = WindowRule(tokens=s.window_tokens, busy_s=s.window_s)
         shadow = ShadowDrafts(

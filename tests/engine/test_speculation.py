@@ -101,6 +101,7 @@ async def test_the_replayed_drafts_are_what_the_speculative_engine_drafts(gated)
     replayed_drafted = shadow.shadow_drafted - before.shadow_drafted
     replayed_accepted = shadow.shadow_accepted - before.shadow_accepted
     assert replayed_drafted > 0 and replayed_accepted > 0, "no draft to compare: proves nothing"
+    assert shadow.shadow_tokens - before.shadow_tokens == sum(len(g.token_ids) for g in plain)
 
     await gated.set_drafting(True)
     assert gated.drafting

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,7 +14,7 @@ from rollgym.contract.wire import Trajectory, TrajectoryGroup, TurnRecord
 from rollgym.server.app import create_app
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import CostConfig, DashboardConfig
-from rollgym.server.cost import CostMeter, LongTail
+from rollgym.server.cost import CostMeter, DeviceClock, LongTail
 from rollgym.server.engine.fake import FakeEngine
 from rollgym.server.engine.speculation import (
     EngineMeter,
@@ -88,6 +90,15 @@ def test_rates_device_seconds_and_prices() -> None:
     assert spec.machine_s is None and precision.machine_s is None
 
 
+def test_the_device_clock_keeps_the_cpu_of_children_that_ended() -> None:
+    # an engine replaced by a speculation switch is a child that ends: its CPU still counts
+    clock = DeviceClock(gpus=0)
+    before = clock.seconds()
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    assert clock.seconds() - before >= 0.3
+
+
 def test_the_window_drops_old_ticks() -> None:
     clock = Clock()
     cost = meter(clock)
@@ -114,7 +125,9 @@ def test_speculation_and_precision_savings() -> None:
     clock = Clock()
     engine_meter = EngineMeter(clock=clock)
     gate = SpeculationGate(min_acceptance=0.3, tolerance=0.05, probe_after_s=10)
-    gate.close_window(Window(1000, 1.0, shadow_drafted=300, shadow_accepted=210), now=0)
+    gate.close_window(
+        Window(1000, 1.0, shadow_drafted=300, shadow_accepted=210, shadow_tokens=400), now=0
+    )  # 400 tokens in 190 steps: 2.1x, at a step cost of 1
     gate.close_window(Window(1500, 1.0, drafted=300, accepted=240), now=1)
     controller = SpeculationController(gate, engine_meter, WindowRule(100, 1.0), _noop)
     cost = meter(
@@ -139,6 +152,8 @@ def test_speculation_and_precision_savings() -> None:
     assert (view.drafted_tokens, view.accepted_tokens) == (300, 240)
     assert view.plain_tokens_per_s == 1000 and view.drafting_tokens_per_s == 1500
     assert view.state == "on" and view.shadow_acceptance == pytest.approx(0.7)
+    assert view.would_be_speedup == pytest.approx(400 / 190)
+    assert view.draft_step_cost == pytest.approx(1500 / 1260 * 1000 / 1500)  # 1260 steps
 
 
 async def _noop(on: bool) -> None:

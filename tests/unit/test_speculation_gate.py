@@ -8,6 +8,7 @@ import torch
 
 from rollgym.server.engine.speculation import (
     EngineMeter,
+    Replayed,
     ShadowDrafts,
     SpeculationController,
     SpeculationGate,
@@ -23,7 +24,8 @@ def gate(**overrides: float) -> SpeculationGate:
 
 
 PLAIN = Window(tokens=1000, busy_s=1.0)  # 1000 tokens per busy second, nothing replayed
-PAYS = Window(tokens=1000, busy_s=1.0, shadow_drafted=100, shadow_accepted=40)  # 0.4 >= 0.3
+# replayed: 30 steps of 3 drafts, 60 accepted: 3 tokens a step, 3x at a step cost of 1
+PAYS = Window(tokens=1000, busy_s=1.0, shadow_drafted=90, shadow_accepted=60, shadow_tokens=90)
 
 
 def on(g: SpeculationGate, now: float = 0.0) -> SpeculationGate:
@@ -41,10 +43,36 @@ def test_it_serves_plain_and_measures_the_plain_rate() -> None:
 
 def test_it_drafts_once_replayed_drafts_would_be_accepted_at_the_bar() -> None:
     g = gate()
-    assert not g.close_window(Window(1000, 1.0, shadow_drafted=100, shadow_accepted=29), now=0)
+    replayed = {"shadow_drafted": 100, "shadow_tokens": 100}
+    assert not g.close_window(Window(1000, 1.0, shadow_accepted=29, **replayed), now=0)
     assert g.shadow_acceptance == 0.29
-    assert g.close_window(Window(1000, 1.0, shadow_drafted=100, shadow_accepted=30), now=1)
+    assert g.close_window(Window(1000, 1.0, shadow_accepted=30, **replayed), now=1)
     assert g.switches == 1 and g.plain_speed == 1000.0
+
+
+def test_it_drafts_only_when_the_would_be_speedup_clears_the_tolerance() -> None:
+    g = gate(draft_step_cost=2.0)
+    two_a_step = Window(1000, 1.0, shadow_drafted=90, shadow_accepted=45, shadow_tokens=90)
+    assert not g.close_window(two_a_step, now=0)  # accepted at 0.5, but 2 / 2.0: no faster
+    assert g.would_be_speedup == pytest.approx(1.0)
+    assert g.close_window(PAYS, now=1)  # 3 / 2.0
+    assert g.would_be_speedup == pytest.approx(1.5)
+
+
+def test_a_try_measures_the_step_cost_and_output_like_it_is_not_tried_again() -> None:
+    g = on(gate(draft_step_cost=1.0, probe_after_s=10.0), now=0.0)
+    # 3 tokens a step yet 900 tokens/s against plain 1000: a step took 3.33 plain ones
+    assert not g.close_window(Window(900, 1.0, drafted=600, accepted=600), now=1.0)
+    assert g.step_cost == pytest.approx(3 * 1000 / 900)
+    assert not g.close_window(PAYS, now=20.0)  # past the wait, but 3 / 3.33 a step
+    four_a_step = Window(1000, 1.0, shadow_drafted=90, shadow_accepted=90, shadow_tokens=120)
+    assert g.close_window(four_a_step, now=21.0)  # 4 / 3.33: more repetitive output pays
+
+
+def test_a_short_drafting_window_says_nothing_of_the_step_cost() -> None:
+    g = on(gate(draft_step_cost=1.5))
+    g.close_window(Window(30, 0.1, drafted=64, accepted=3), now=1.0)  # 27 steps, under 64
+    assert g.step_cost == 1.5 and not g.drafting
 
 
 def test_too_few_replayed_drafts_say_nothing() -> None:
@@ -170,7 +198,7 @@ class SimulatedEngine:
                 )
             else:
                 self.meter.step(generated=100, prompt=0, running=1)
-                self.meter.shadow(drafted=30, accepted=round(30 * self.replayed))
+                self.meter.shadow(Replayed(30, round(30 * self.replayed), tokens=100))
 
 
 def controller_for(
@@ -201,12 +229,13 @@ async def test_the_controller_keeps_the_better_mode(on_rate, acceptance, switche
     assert controller.gate.plain_speed == pytest.approx(1000.0, rel=0.05)
 
 
-async def test_the_controller_tries_again_later() -> None:
+async def test_the_controller_does_not_repeat_a_try_that_failed_on_like_output() -> None:
     clock = Clock()
     engine = SimulatedEngine(EngineMeter(clock=clock), clock, on_rate=800.0, acceptance=0.8)
     controller = controller_for(engine, gate(probe_after_s=10.0))
-    await drive(engine, controller, 40)
-    assert engine.switches.count(True) >= 2  # the first try and at least one more
+    await drive(engine, controller, 40)  # four waits of 10 s
+    assert engine.switches == [True, False]
+    assert controller.gate.would_be_speedup < 1.0  # the try's step cost, applied to the replay
 
 
 async def test_a_try_whose_drafts_fail_ends_after_a_few_steps_not_a_window() -> None:
@@ -250,14 +279,14 @@ def test_the_replay_drafts_at_most_k_tokens_a_step() -> None:
     prompt, output = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]  # the output copies the prompt
     # the first output token comes from the prefill; then a step of 3 drafts + 1 token,
     # then 1 draft: the generation ends there
-    assert shadow(k=3).replay(prompt, output) == (4, 4)
-    assert shadow(k=1).replay(prompt, output) == (3, 3)  # three steps of 1 draft + 1 token
+    assert shadow(k=3).replay(prompt, output) == Replayed(4, 4, tokens=6)
+    assert shadow(k=1).replay(prompt, output) == (3, 3, 6)  # three steps of 1 draft + 1 token
 
 
 def test_a_wrong_draft_ends_the_step_at_the_token_generated() -> None:
     # after the prefill's "1", the drafter proposes what followed 1 in the prompt (2 3 4):
     # 2 and 3 are right, 4 is not (9 was generated): the step ends past "2 3 9"
-    assert shadow().replay([1, 2, 3, 4, 5], [1, 2, 3, 9]) == (3, 2)
+    assert shadow().replay([1, 2, 3, 4, 5], [1, 2, 3, 9]) == (3, 2, 4)
 
 
 async def test_the_controller_replays_what_was_served_into_the_meter() -> None:
@@ -269,9 +298,9 @@ async def test_the_controller_replays_what_was_served_into_the_meter() -> None:
     controller.observe([7, 8, 9], [7, 8, 9, 7, 8, 9])
     controller.observe([1, 2, 3], [4, 5, 6])
     await controller.step()
-    assert (meter.shadow_drafted, meter.shadow_accepted) == (4, 4)
+    assert (meter.shadow_drafted, meter.shadow_accepted, meter.shadow_tokens) == (4, 4, 9)
     await controller.step()  # replayed once only
-    assert (meter.shadow_drafted, meter.shadow_accepted) == (4, 4)
+    assert (meter.shadow_drafted, meter.shadow_accepted, meter.shadow_tokens) == (4, 4, 9)
 
 
 async def _never(on: bool) -> None:
