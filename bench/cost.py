@@ -57,6 +57,7 @@ from rollgym.envs.spaces import ChatText, Messages
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import EngineConfig, SpeculationConfig
 from rollgym.server.cost import DeviceClock
+from rollgym.server.engine.speculation import drafting_step_cost, tokens_per_step
 from rollgym.server.engine.vllm_engine import VLLMEngine
 from rollgym.server.errors import EngineFailure
 from rollgym.server.rollout.environments import RegistryEnvs
@@ -144,11 +145,6 @@ class Measured:
     shadow_drafted: int = 0
     shadow_accepted: int = 0
     switches: int = 0  # the gate's, gated arm only
-
-    @property
-    def tokens_per_step(self) -> float:
-        """Tokens per sequence per engine step: each step yields one plus its accepted drafts."""
-        return self.tokens / max(self.tokens - self.accepted, 1)
 
     @property
     def acceptance(self) -> str:
@@ -244,10 +240,11 @@ async def speculation_rows(
                     f"gated / better of off, on: {gate.rate / better:.2f} (target >= 0.95); "
                     f"{gate.switches} switches" if name == "gated" else f"success {100 * m.success:.0f}%",
                 ))  # fmt: skip
+            per_step = tokens_per_step(on.tokens, on.accepted) or 1.0
             rows.append((
                 f"{label} {work.name}: a drafting step's cost",
-                f"{off.rate / on.rate * on.tokens_per_step:.2f}x a plain step", "", "",
-                f"off / on rate x {on.tokens_per_step:.2f} tokens per drafting step",
+                f"{drafting_step_cost(per_step, off.rate, on.rate):.2f}x a plain step", "", "",
+                f"off / on rate x {per_step:.2f} tokens per drafting step",
             ))  # fmt: skip
             to_drafting, back = await switch_times(gated_config, codec, envs, work)
             rows.append((

@@ -115,17 +115,25 @@ class Window:
     @property
     def tokens_per_step(self) -> float | None:
         """Tokens per request per engine step: each step yields one plus its accepted drafts."""
-        return _per_step(self.tokens, self.accepted)
+        return tokens_per_step(self.tokens, self.accepted)
 
     @property
     def shadow_tokens_per_step(self) -> float | None:
         """The same, had the replayed generations been served with drafts."""
-        return _per_step(self.shadow_tokens, self.shadow_accepted)
+        return tokens_per_step(self.shadow_tokens, self.shadow_accepted)
 
 
-def _per_step(tokens: int, accepted: int) -> float | None:
+def tokens_per_step(tokens: int, accepted: int) -> float | None:
+    """Tokens per request per engine step, ``accepted`` of the ``tokens`` being drafts."""
     steps = tokens - accepted
     return tokens / steps if steps > 0 else None
+
+
+def drafting_step_cost(per_step: float, plain_speed: float, drafting_speed: float) -> float:
+    """A drafting step's time over a plain one's, per request: at ``per_step`` tokens a
+    step, the drafting engine would match the plain rate if a step cost that many plain
+    steps; it cost that times plain over drafting speed."""
+    return per_step * plain_speed / drafting_speed
 
 
 class SpeculationGate:
@@ -201,7 +209,7 @@ class SpeculationGate:
             and window.speed
             and window.tokens - window.accepted >= self.min_drafted
         ):
-            self.step_cost = per_step * plain / window.speed
+            self.step_cost = drafting_step_cost(per_step, plain, window.speed)
 
     def _judge(self, now: float) -> None:
         low_acceptance = self.acceptance is not None and self.acceptance < self.min_acceptance
