@@ -130,9 +130,9 @@ def tokens_per_step(tokens: int, accepted: int) -> float | None:
 
 
 def drafting_step_cost(per_step: float, plain_speed: float, drafting_speed: float) -> float:
-    """A drafting step's time over a plain one's, per request: at ``per_step`` tokens a
-    step, the drafting engine would match the plain rate if a step cost that many plain
-    steps; it cost that times plain over drafting speed."""
+    """A drafting step's time over a plain one's, per request: a drafting step yields
+    ``per_step`` tokens at ``drafting_speed``, a plain step one token at ``plain_speed``,
+    so a drafting step takes ``per_step x plain_speed / drafting_speed`` plain steps."""
     return per_step * plain_speed / drafting_speed
 
 
