@@ -7,8 +7,8 @@ groups a pull asks for, at the fake's current policy version, so a whole ``train
 execute without an engine. Rewards are a pure function of the tokens, so learning has a
 signal: ``reward_of`` pays 1 for completions whose first model token is ``GOOD_TOKEN``.
 
-``scored_batches(monkeypatch)`` spies on what TRL builds from a batch (advantages, masks,
-importance ratios): each output of ``_generate_and_score_completions``, in order.
+``scored_batches(monkeypatch)`` spies on what TRL trains on (advantages, masks, importance
+ratios): each batch the loss saw, in order.
 
 This module holds no tests; the test modules import it.
 """
@@ -300,15 +300,23 @@ class FakeServer:
 
 
 def scored_batches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Every output of ``ServerGRPOTrainer._generate_and_score_completions`` from now on."""
+    """Every batch ``ServerGRPOTrainer`` computed a loss on from now on, as the loss saw it
+    (advantages, masks, the step-start logprobs and the importance ratio), its rows back in
+    the order the server sent them (TRL shuffles them)."""
     from rollgym.trainer import grpo
 
-    outputs: list[dict[str, Any]] = []
-    original = grpo.ServerGRPOTrainer._generate_and_score_completions
+    batches: list[dict[str, Any]] = []
+    original = grpo.ServerGRPOTrainer._compute_loss
 
-    def spy(self: grpo.ServerGRPOTrainer, inputs: Any) -> Any:
-        outputs.append(original(self, inputs))
-        return outputs[-1]
+    def spy(self: grpo.ServerGRPOTrainer, model: Any, inputs: dict[str, Any]) -> Any:
+        loss = original(self, model, inputs)
+        order = inputs[grpo.SAMPLE_INDEX].argsort()
+        batches.append({k: v[order] if _per_row(v, order) else v for k, v in inputs.items()})
+        return loss
 
-    monkeypatch.setattr(grpo.ServerGRPOTrainer, "_generate_and_score_completions", spy)
-    return outputs
+    monkeypatch.setattr(grpo.ServerGRPOTrainer, "_compute_loss", spy)
+    return batches
+
+
+def _per_row(value: Any, order: Any) -> bool:
+    return hasattr(value, "ndim") and value.ndim >= 1 and len(value) == len(order)
