@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.peers [--steps 30] [--eval-episodes 200]
                                     [--arms trl,trl-cb,sync,async-1,async-2] [--out DIR]
+                                    [--max-step-kl KL]
 
 Every figure rollgym publishes elsewhere compares it with itself; a user choosing a tool
 compares it with what they would use instead. So one task, one model, one warm start, the
@@ -109,10 +110,13 @@ def staleness_of(arm: str) -> int:
 # --- the shared set-up ---------------------------------------------------------------------
 
 
-def trainer_config(args: argparse.Namespace, root: Path, staleness: int = 0) -> Any:
+def trainer_config(
+    args: argparse.Namespace, root: Path, staleness: int = 0, max_step_kl: float | None = None
+) -> Any:
     from rollgym.trainer.config import TrainerConfig
 
     return TrainerConfig(
+        max_step_kl=max_step_kl,
         output_dir=root / "grpo",
         group_size=GROUP_SIZE,
         groups_per_batch=GROUPS_PER_BATCH,
@@ -177,7 +181,7 @@ def run_rollgym_arm(arm: str, args: argparse.Namespace, warm_dir: Path) -> Row:
     run = RunConfig(
         run_dir=root,
         task=task_config(),
-        trainer=trainer_config(args, root, staleness),
+        trainer=trainer_config(args, root, staleness, args.max_step_kl),
         warmstart=None,
         eval_episodes=0,
     )
@@ -248,6 +252,7 @@ def arm_in_child(arm: str, args: argparse.Namespace) -> Row:
     command = [
         sys.executable, "-m", "bench.peers", "--only-arm", arm,
         "--steps", str(args.steps), "--lr", str(args.lr), "--out", str(args.out),
+        *(["--max-step-kl", str(args.max_step_kl)] if args.max_step_kl is not None else []),
     ]  # fmt: skip
     with (root / "arm.log").open("wb") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
@@ -318,7 +323,8 @@ def table_lines(rows: Sequence[Row], warm: Any, args: argparse.Namespace) -> lis
     base = ran[0] if ran else Row(arm="trl")  # the first TRL arm that ran
     lines = [
         f"GRPO on {ENV_ID} ({LOW}..{HIGH}, {MAX_TURNS} turns), {args.steps} steps per arm, "
-        f"batch {GROUPS_PER_BATCH} groups x {GROUP_SIZE}, lr {args.lr:g}",
+        f"batch {GROUPS_PER_BATCH} groups x {GROUP_SIZE}, lr {args.lr:g}"
+        + (f", rollgym's trust region {args.max_step_kl:g}" if args.max_step_kl else ""),
         f"{'arm':<9}{'updates/min':>12}{'vs ' + base.arm:>10}{'tokens/s':>10}{'env share':>10}"
         f"{'peak MiB':>10}{'wall s':>8}  held-out success (95% CI)",
     ]
@@ -353,6 +359,11 @@ def main() -> None:
     # bench.trainer's rate: over 30 steps 2e-4 sometimes collapses a run (docs/training.md)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--out", type=Path, default=Path(".data/bench-peers"))
+    parser.add_argument(
+        "--max-step-kl",
+        type=float,
+        help="rollgym's trust region on its arms (the built-in run's 0.02; TRL has none)",
+    )
     parser.add_argument("--only-arm", choices=ARMS, help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args()
     args.out = args.out.resolve()

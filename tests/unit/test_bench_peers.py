@@ -170,10 +170,13 @@ def test_the_verdict_compares_the_best_async_arm_with_the_faster_trl_arm() -> No
 
 
 def test_the_table_shows_each_arm_against_trl_and_why_an_arm_failed() -> None:
-    args = argparse.Namespace(steps=30, lr=1e-4)
+    args = argparse.Namespace(steps=30, lr=1e-4, max_step_kl=None)
     rows = [row("trl", 4.0), Row(arm="trl-cb", error="exit code 1: MemoryError"), row("sync", 8.0)]
     lines = table_lines(rows, rows[0].success, args)
     assert "2.00x" in lines[4] and lines[3] == "trl-cb   failed: exit code 1: MemoryError"
+    assert "trust region" not in lines[0]
+    args.max_step_kl = 0.02
+    assert table_lines(rows, rows[0].success, args)[0].endswith("rollgym's trust region 0.02")
 
 
 def test_rates_run_from_the_first_steps_end_to_the_last() -> None:
