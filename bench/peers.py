@@ -52,7 +52,8 @@ episode goes on. TRL samples on the policy it trains (no behaviour-logprob corre
 needed, none applied), rollgym corrects for the engine's sampling (``grpo.py``). rollgym
 checkpoints every step (its acknowledgements need it); TRL here never. rollgym's sandbox
 pool holds ``(staleness + 1) x batch`` boxes, TRL makes one container per rollout of a
-batch (32).
+batch (32). ``--max-step-kl`` gives rollgym's arms its trust region (``trainer.trust_region``,
+one forward pass more per step), a guard TRL alone has no counterpart for; off by default.
 """
 
 from __future__ import annotations
