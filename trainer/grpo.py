@@ -224,8 +224,8 @@ class ServerGRPOTrainer(GRPOTrainer):
         """One line per step: every sample's reward, advantage, sampled ids and both logprobs,
         in the order the server sent them."""
         samples = []
-        for row in batch[SAMPLE_INDEX].argsort().tolist():
-            sample, keep = self._scored[int(batch[SAMPLE_INDEX][row])], mask[row].bool()
+        for sample, row in zip(self._scored, server_order(batch).tolist(), strict=True):
+            keep = mask[row].bool()
             samples.append(
                 {
                     "group": sample["group_id"],
@@ -240,6 +240,15 @@ class ServerGRPOTrainer(GRPOTrainer):
         line = {"step": self.state.global_step + 1, "samples": samples}
         with path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
+
+
+def server_order(batch: dict[str, Any]) -> torch.Tensor:
+    """The rows of a batch TRL trains on, in the order the server sent them (TRL shuffles).
+
+    >>> server_order({SAMPLE_INDEX: torch.tensor([2, 0, 1])})
+    tensor([1, 2, 0])
+    """
+    return batch[SAMPLE_INDEX].argsort()
 
 
 def behaviour_ratio(

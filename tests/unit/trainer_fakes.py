@@ -310,7 +310,7 @@ def scored_batches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     def spy(self: grpo.ServerGRPOTrainer, model: Any, inputs: dict[str, Any]) -> Any:
         loss = original(self, model, inputs)
-        order = inputs[grpo.SAMPLE_INDEX].argsort()
+        order = grpo.server_order(inputs)
         batches.append({k: v[order] if _per_row(v, order) else v for k, v in inputs.items()})
         return loss
 
