@@ -172,7 +172,13 @@ def test_reset_leaves_no_files_processes_or_python_state() -> None:
                 "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & nohup sleep 999 >/dev/null 2>&1 &"
             )
             box.run_python("secret = 42")
-            assert box.run_shell("pgrep -c sleep").stdout == "2\n"
+            # the shell returns before its children exec sleep: wait (bounded) until both run
+            both_running = box.run_shell(
+                "for _ in $(seq 100); do"
+                " [ \"$(pgrep -cf '^sleep (1000|999)$')\" = 2 ] && break; sleep 0.05; done;"
+                " pgrep -cf '^sleep (1000|999)$'"
+            )
+            assert both_running.stdout == "2\n"
         with pool.sandbox() as box:
             assert box.id == box_id
             assert (
