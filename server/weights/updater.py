@@ -3,8 +3,8 @@
 An update runs in four steps, and only the third touches the engine:
 
 1. **receive**: an HTTP body is streamed to a file in the staging dir (``receive``:
-   bounded size, no copy of the body; whatever a restart finds there was cut off, and
-   is removed);
+   bounded size, no copy of the body; written over the store's spare when it has one;
+   whatever a restart finds there was cut off, and is removed);
 2. **check**, off the event loop: safetensors headers against the served model's manifest
    (names, shapes, dtypes, completeness, byte ranges), then the values (all finite; with
    ``weights.max_norm_ratio``, no tensor's norm moved by more than that factor); any
@@ -14,7 +14,8 @@ An update runs in four steps, and only the third touches the engine:
    policy, prefix cache reset, a deadline) and the version goes up by one;
 4. **persist**: once the files' data is on disk (flushed while the engine swapped), the
    store records the files and the version, so a restarted server comes back at that
-   version on those weights (``restore_policy``).
+   version on those weights (``restore_policy``). The files they replace are removed
+   after the answer (the next update waits for that), an upload kept as the spare.
 
 A second update while one runs gets ``UpdateInProgress`` (409); ``expected_version`` that
 is not the current version gets ``VersionMismatch`` (409).
@@ -82,6 +83,7 @@ class WeightUpdater:
         self._served = served
         self._served_norms: dict[str, float] | None = None
         self._lock = asyncio.Lock()
+        self._retiring: asyncio.Future[None] | None = None  # removing replaced files
 
     @property
     def updating(self) -> bool:
@@ -152,7 +154,9 @@ class WeightUpdater:
             await asyncio.wait([durable])  # its thread still holds the files
             await asyncio.to_thread(self._store.discard, files)
             raise
-        await asyncio.to_thread(self._store.commit, files, result.policy_version)
+        replaced = await asyncio.to_thread(self._store.commit, files, result.policy_version)
+        if replaced is not None:  # the answer need not wait for the old files to go
+            self._retiring = asyncio.ensure_future(asyncio.to_thread(self._store.retire, replaced))
         self._served = staged
         return result
 
@@ -162,6 +166,8 @@ class WeightUpdater:
             self._metrics.weight_updates.labels(outcome="rejected").inc()
             raise UpdateInProgress("another weight update is running; retry when it is done")
         async with self._lock:
+            if self._retiring is not None:  # the files the last update replaced go first
+                await self._retiring
             current = self._target.policy_version
             if expected_version is not None and expected_version != current:
                 self._metrics.weight_updates.labels(outcome="rejected").inc()
@@ -177,9 +183,11 @@ class WeightUpdater:
 
     @contextlib.contextmanager
     def _upload_file(self) -> Iterator[Path]:
-        """A fresh file in the staging dir, removed unless it was adopted."""
+        """A file in the staging dir (the store's spare, or a new one), removed unless it
+        was adopted."""
         self._staging.mkdir(parents=True, exist_ok=True)
         path = self._staging / f"upload-{uuid.uuid4().hex}.safetensors"
+        self._store.take_spare(path)
         try:
             yield path
         finally:

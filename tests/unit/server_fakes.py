@@ -13,12 +13,14 @@
 * ``in_process``: an app's lifespan plus an httpx client over ``ASGITransport`` that sends
   the agent key on the ``/v1/`` routes, as an agent does (``AgentAuth``).
 * ``safetensors_bytes``: a checkpoint that fits ``FAKE_MANIFEST`` (or does not).
+* ``wait_for``: poll observable state, as a client would, until a predicate holds.
 
 This module holds no tests; the test modules import it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import random
@@ -232,3 +234,10 @@ def safetensors_bytes(
     name: str = "model.embed_tokens.weight",
 ) -> bytes:
     return save({name: torch.ones(shape, dtype=dtype)})
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll observable state (what a client would do) until ``predicate`` holds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)

@@ -6,7 +6,7 @@ import asyncio
 import random
 
 import pytest
-from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script
+from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script, wait_for
 
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
 from rollgym.server.buffer import TrajectoryBuffer
@@ -136,13 +136,6 @@ def runner(codec, engine, envs, buffer, **config) -> tuple[RolloutRunner, Server
     metrics = ServerMetrics()
     episodes = EpisodeRunner(engine, codec, envs, max_model_len=512)
     return RolloutRunner(episodes, buffer, metrics, RunnerConfig(**config), seed=0), metrics
-
-
-async def wait_for(predicate, timeout: float = 10.0) -> None:
-    """Poll the runner's observable state (what a client would do) until ``predicate``."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 async def test_groups_of_g_per_seed_reach_the_buffer(codec, buffer) -> None:

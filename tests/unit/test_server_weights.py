@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
 import torch
 from safetensors.torch import save
-from server_fakes import safetensors_bytes
+from server_fakes import safetensors_bytes, wait_for
 
 from rollgym.server.config import WeightCheckConfig
 from rollgym.server.engine.fake import FAKE_MANIFEST, FakeEngine
@@ -127,10 +128,57 @@ async def test_an_upload_swaps_and_bumps_the_version(tmp_path) -> None:
     second = await weights.from_stream(chunks(safetensors_bytes()), expected_version=None)
     assert second.policy_version == 2
     # the last applied upload is kept with its version (the engine's fallback, and what a
-    # restart serves); older ones and the staging area are cleared
+    # restart serves); older ones (after the answer) and the staging area are cleared
     assert PolicyStore(tmp_path / "policy").load() == ([engine.swapped[-1].files[0]], 2)
-    assert len(list((tmp_path / "policy").iterdir())) == 2  # state.json and one folder
     assert list((tmp_path / "staging").iterdir()) == []
+    served = engine.swapped[-1].files[0].parent.name
+    kept = {"state.json", served, "spare.safetensors"}  # the first upload, to write over
+    await wait_for(lambda: {p.name for p in (tmp_path / "policy").iterdir()} == kept)
+
+
+async def test_replaced_files_go_after_the_answer_and_before_the_next_update(
+    tmp_path, monkeypatch
+) -> None:
+    engine = FakeEngine(lambda p: [])
+    weights = updater(engine, tmp_path)
+    release, retired = threading.Event(), []
+
+    def held_retire(store: PolicyStore, folder) -> None:
+        release.wait(timeout=10)
+        retire(store, folder)
+        retired.append(folder.name)
+
+    retire = PolicyStore.retire
+    monkeypatch.setattr(PolicyStore, "retire", held_retire)
+    await weights.from_stream(chunks(safetensors_bytes()), expected_version=None)
+    first = engine.swapped[-1].files[0].parent
+    assert (await weights.from_stream(chunks(safetensors_bytes()), None)).policy_version == 2
+    assert first.exists() and retired == []  # answered while the old files are still there
+    third = asyncio.create_task(weights.from_stream(chunks(safetensors_bytes()), None))
+    await asyncio.sleep(0.05)
+    assert engine.policy_version == 2 and not third.done()  # waits for the removal
+    release.set()
+    assert (await third).policy_version == 3
+    assert not first.exists() and retired[0] == first.name
+
+
+async def test_the_next_upload_writes_over_the_spare_never_over_a_linked_checkpoint(
+    tmp_path,
+) -> None:
+    engine = FakeEngine(lambda p: [])
+    weights = updater(engine, tmp_path)
+    checkpoint = write(tmp_path, safetensors_bytes(), "trainer.safetensors")
+    await weights.from_path(checkpoint, expected_version=None)  # linked in, not copied
+    for _ in range(2):
+        await weights.from_stream(chunks(safetensors_bytes()), expected_version=None)
+    spare = tmp_path / "policy" / "spare.safetensors"
+    await wait_for(spare.exists)  # the first upload; the linked checkpoint was not kept
+    assert checkpoint.stat().st_nlink == 1 and checkpoint.read_bytes() == safetensors_bytes()
+    inode = spare.stat().st_ino
+    shorter = safetensors_bytes(dtype=torch.bfloat16)
+    await weights.from_stream(chunks(shorter), expected_version=None)
+    served = engine.swapped[-1].files[0]
+    assert served.stat().st_ino == inode and served.read_bytes() == shorter  # written over
 
 
 @pytest.mark.parametrize(
@@ -245,6 +293,12 @@ async def test_an_upload_in_many_parts_arrives_whole(tmp_path, monkeypatch) -> N
     data = bytes(range(256)) * 3
     assert await receive(chunks(data), tmp_path / "f", max_bytes=1 << 20) == len(data)
     assert (tmp_path / "f").read_bytes() == data
+
+
+async def test_an_upload_over_a_longer_file_is_cut_to_its_length(tmp_path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 100)
+    assert await receive(chunks(b"new"), tmp_path / "f", max_bytes=1 << 20) == 3
+    assert (tmp_path / "f").read_bytes() == b"new"
 
 
 def test_a_short_write_is_carried_on(tmp_path, monkeypatch) -> None:
