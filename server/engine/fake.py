@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rollgym.contract.wire import SamplingSettings
@@ -130,9 +130,13 @@ class FakeEngine:
         self.swapped.append(weights)
         self._version = version
 
-    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> Swap:
+    async def swap_weights(
+        self, weights: StagedWeights | NcclWeights, ready: Awaitable[object] | None = None
+    ) -> Swap:
         started = time.perf_counter()
         async with self._swap_lock:
+            if ready is not None:
+                await ready
             async with self._idle:
                 await self._idle.wait_for(lambda: self._running == 0)
             self.swapped.append(weights)

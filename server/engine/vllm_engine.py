@@ -42,7 +42,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from rollgym.contract.wire import SamplingSettings
@@ -414,11 +414,20 @@ class VLLMEngine:
             return {}
         return {} if "lm_head.weight" in self._manifest else {"lm_head.weight": embedding}
 
-    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> Swap:
+    async def swap_weights(
+        self, weights: StagedWeights | NcclWeights, ready: Awaitable[object] | None = None
+    ) -> Swap:
         async with self._swap_lock:
             deadline = time.monotonic() + self.config.swap_timeout_s
             started = time.perf_counter()
             staged = await self._stage(weights, deadline)
+            if ready is not None:
+                try:
+                    await ready
+                except BaseException:
+                    if staged:
+                        await self._engine().collective_rpc("rollgym_discard_staged")
+                    raise
             paused = time.perf_counter()
             self._serving.clear()
             self._swaps += 1

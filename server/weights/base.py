@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -87,8 +87,12 @@ class WeightTarget(Protocol):
 
     def manifest(self) -> Manifest: ...
 
-    async def swap_weights(self, weights: StagedWeights | NcclWeights) -> Swap:
+    async def swap_weights(
+        self, weights: StagedWeights | NcclWeights, ready: Awaitable[object] | None = None
+    ) -> Swap:
         """Apply ``weights`` between engine steps (see ``in_flight_policy``), reset the
-        prefix cache, and bump the version. On failure the old weights keep serving and
-        the version does not move."""
+        prefix cache, and bump the version. ``ready`` (a check still running) is awaited
+        after the load and before the pause: if it raises, nothing is swapped and its
+        error is raised. On failure the old weights keep serving and the version does not
+        move."""
         ...

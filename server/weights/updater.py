@@ -1,17 +1,19 @@
 """``WeightUpdater``: one weight update at a time, checked before the engine is touched.
 
-An update runs in four steps, and only the third touches the engine:
+An update runs in four steps, and only the third touches what the engine serves:
 
 1. **receive**: an HTTP body is streamed to a file in the staging dir (``receive``:
    bounded size, no copy of the body; written over the store's spare when it has one;
    whatever a restart finds there was cut off, and is removed);
 2. **check**, off the event loop: safetensors headers against the served model's manifest
-   (names, shapes, dtypes, completeness, byte ranges), then the values (all finite; with
-   ``weights.max_norm_ratio``, no tensor's norm moved by more than that factor); any
-   problem is a 4xx that names it and the old weights keep serving;
+   (names, shapes, dtypes, completeness, byte ranges) before the engine sees the files,
+   then the values (all finite; with ``weights.max_norm_ratio``, no tensor's norm moved
+   by more than that factor) while the engine loads them beside the served weights; any
+   problem is a 4xx that names it, nothing is swapped, and the old weights keep serving;
 3. **swap**: the files are adopted by the ``PolicyStore`` and the engine applies them: it
-   loads them while the old weights serve, then pauses for the swap itself (its in-flight
-   policy, prefix cache reset, a deadline) and the version goes up by one;
+   loads them while the old weights serve, then, once the values passed, pauses for the
+   swap itself (its in-flight policy, prefix cache reset, a deadline) and the version
+   goes up by one;
 4. **persist**: once the files' data is on disk (flushed while the engine swapped), the
    store records the files and the version, so a restarted server comes back at that
    version on those weights (``restore_policy``). The files they replace are removed
@@ -29,7 +31,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 
 from rollgym.contract.wire import WeightUpdateResult
@@ -97,7 +99,7 @@ class WeightUpdater:
             started = time.perf_counter()
             with self._upload_file() as path:
                 await receive(body, path, max_bytes=self._max_bytes)
-                await asyncio.to_thread(self._check, [path])
+                await asyncio.to_thread(self._check_headers, [path])
                 files = await asyncio.to_thread(self._store.adopt, [path], move=True)
             return await self._apply(files, time.perf_counter() - started)
 
@@ -124,34 +126,37 @@ class WeightUpdater:
             files = checkpoint_files(path)
         except OSError as exc:  # a name too long, a folder we may not read...
             raise BadRequest(f"{path} cannot be read: {exc.strerror or exc}") from None
-        self._check(files)
+        self._check_headers(files)
         return files
 
-    def _check(self, files: list[Path]) -> StagedWeights:
-        """Headers against the manifest, then the values (file and CPU work: off the loop)."""
-        staged = stage(files, self._target.manifest(), aliases=self._aliases)
+    def _check_headers(self, files: list[Path]) -> StagedWeights:
+        """The files' headers against the manifest (file work: off the loop)."""
+        return stage(files, self._target.manifest(), aliases=self._aliases)
+
+    def _check_values(self, staged: StagedWeights) -> None:
+        """The values (CPU work: off the loop, while the engine loads them)."""
         ratio = self._checks.max_norm_ratio
         if ratio is not None and self._served_norms is None and self._served is not None:
             self._served_norms = tensor_norms(self._served)
         norms = check_values(staged, served_norms=self._served_norms, max_norm_ratio=ratio)
         if ratio is not None:
             self._served_norms = norms
-        return staged
 
     async def _apply(self, files: list[Path], load_s: float) -> WeightUpdateResult:
-        """Swap in adopted ``files``, then persist them with their version. Their data
-        goes to the disk (``fsync``) while the engine swaps, and is there before the
-        store names them."""
+        """Swap in adopted ``files`` (header-checked), then persist them with their
+        version. Their values are checked while the engine loads them (it swaps only
+        if they pass), and their data goes to the disk (``fsync``) while the engine
+        swaps, there before the store names them."""
         durable = asyncio.ensure_future(asyncio.to_thread(_fsync_all, files))
+        checked: asyncio.Future[None] | None = None
         try:
-            staged = await asyncio.to_thread(
-                stage, files, self._target.manifest(), aliases=self._aliases
-            )
-            result = await self._swap(staged, load_s)
+            staged = await asyncio.to_thread(self._check_headers, files)
+            checked = asyncio.ensure_future(asyncio.to_thread(self._check_values, staged))
+            result = await self._swap(staged, load_s, ready=checked)
             await durable
         except BaseException:
-            self._served_norms = None  # the check above may have moved them on
-            await asyncio.wait([durable])  # its thread still holds the files
+            self._served_norms = None  # the check may have moved them on
+            await _settle(durable, checked)  # their threads still hold the files
             await asyncio.to_thread(self._store.discard, files)
             raise
         replaced = await asyncio.to_thread(self._store.commit, files, result.policy_version)
@@ -194,9 +199,12 @@ class WeightUpdater:
             path.unlink(missing_ok=True)
 
     async def _swap(
-        self, weights: StagedWeights | NcclWeights, load_s: float
+        self,
+        weights: StagedWeights | NcclWeights,
+        load_s: float,
+        ready: Awaitable[object] | None = None,
     ) -> WeightUpdateResult:
-        swap = await self._target.swap_weights(weights)
+        swap = await self._target.swap_weights(weights, ready)
         load_s += swap.load_s
         self._metrics.weight_sync.labels(phase="load").observe(load_s)
         self._metrics.weight_sync.labels(phase="apply").observe(swap.pause_s)
@@ -226,6 +234,17 @@ async def restore_policy(
     await engine.restore(staged, version)
     logger.info("restored policy version %d from %s", version, files[0].parent)
     return staged
+
+
+async def _settle(*futures: asyncio.Future[None] | None) -> None:
+    """Wait for ``futures`` to end, their errors retrieved, not raised: the caller raises
+    its own."""
+    running = [f for f in futures if f is not None]
+    if running:
+        await asyncio.wait(running)
+    for future in running:
+        if not future.cancelled():
+            future.exception()
 
 
 def _fsync_all(files: list[Path]) -> None:

@@ -85,8 +85,10 @@ async def test_non_finite_weights_never_reach_the_engine(
     save_file(tensors, poisoned)
     with pytest.raises(BadWeights, match=f"{name} holds 1 non-finite"):
         await updater(engine, tmp_path).from_path(poisoned, expected_version=None)
-    assert engine.policy_version == 0
+    assert engine.policy_version == 0  # loaded beside the served weights, never swapped in
     assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
+    good = named(other_weights, tmp_path / "good", "model.safetensors")
+    assert (await updater(engine, tmp_path).from_path(good, None)).policy_version == 1
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -24,6 +25,7 @@ from rollgym.server.errors import (
 )
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.weights import receive as receive_module
+from rollgym.server.weights import updater as updater_module
 from rollgym.server.weights.base import NcclWeights, StagedWeights, TensorSpec
 from rollgym.server.weights.receive import receive, write_all
 from rollgym.server.weights.safetensors_check import (
@@ -251,6 +253,43 @@ async def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, value)
     with pytest.raises(BadWeights, match=r"model\.embed_tokens\.weight holds 1 non-finite"):
         await updater(engine, tmp_path).from_stream(chunks(data), expected_version=None)
     assert engine.swapped == [] and engine.policy_version == 0
+
+
+class LoadingEngine(FakeEngine):
+    """Records whether the value check was still running when the swap (the load) began."""
+
+    checking_at_load: list[bool]
+
+    async def swap_weights(self, weights, ready=None):  # type: ignore[no-untyped-def]
+        self.checking_at_load.append(isinstance(ready, asyncio.Future) and not ready.done())
+        return await super().swap_weights(weights, ready)
+
+
+@pytest.mark.parametrize("value", [1.0, math.nan])
+async def test_values_are_checked_while_the_engine_loads_and_gate_the_swap(
+    tmp_path, monkeypatch, value
+) -> None:
+    engine = LoadingEngine(lambda p: [])
+    engine.checking_at_load = []
+    slow_check = updater_module.check_values
+
+    def check_values(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.2)
+        return slow_check(*args, **kwargs)
+
+    monkeypatch.setattr(updater_module, "check_values", check_values)
+    tensor = torch.ones(8, 4)
+    tensor[0, 0] = value
+    upload = updater(engine, tmp_path).from_stream(
+        chunks(save({"model.embed_tokens.weight": tensor})), expected_version=None
+    )
+    if math.isnan(value):
+        with pytest.raises(BadWeights, match="non-finite"):
+            await upload
+        assert engine.swapped == [] and list((tmp_path / "policy").iterdir()) == []
+    else:
+        assert (await upload).policy_version == 1
+    assert engine.checking_at_load == [True]
 
 
 async def test_a_norm_jump_past_the_factor_is_refused(tmp_path) -> None:
