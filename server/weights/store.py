@@ -10,8 +10,9 @@ Layout under ``<data_dir>/policy``::
 An update *adopts* its files first (an upload is moved in, ``from-path`` files are linked
 or copied: the trainer may delete its checkpoint later), the engine swaps them in, and only
 then is ``state.json`` replaced (temp file, fsync, rename, directory fsync); the previous
-folder is removed after that (``retire``). A crash at any point leaves either the old state or the new one, never a
-mix; ``clean`` removes whatever no state names (a candidate cut off by a kill).
+folder is removed after that (``retire``). A crash at any point leaves either the old
+state or the new one, never a mix; ``clean`` removes whatever no state names (a candidate
+cut off by a kill, a spare).
 
 The spare: a new file takes a body's bytes several times slower than the cached pages of an
 old one (538 MB: 133-1328 ms against about 100 ms, measured on the 2-core VM), so the
