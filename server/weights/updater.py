@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -99,17 +100,17 @@ class WeightUpdater:
             started = time.perf_counter()
             with self._upload_file() as path:
                 await receive(body, path, max_bytes=self._max_bytes)
-                await asyncio.to_thread(self._check_headers, [path])
+                staged = await asyncio.to_thread(self._check_headers, [path])
                 files = await asyncio.to_thread(self._store.adopt, [path], move=True)
-            return await self._apply(files, time.perf_counter() - started)
+            return await self._apply(staged, files, time.perf_counter() - started)
 
     async def from_path(self, path: Path, expected_version: int | None) -> WeightUpdateResult:
         """Apply safetensors file(s) at ``path`` (a file or a checkpoint directory)."""
         async with self._exclusive(expected_version):
             started = time.perf_counter()
-            files = await asyncio.to_thread(self._checked_path, path)
-            files = await asyncio.to_thread(self._store.adopt, files, move=False)
-            return await self._apply(files, time.perf_counter() - started)
+            staged = await asyncio.to_thread(self._checked_path, path)
+            files = await asyncio.to_thread(self._store.adopt, staged.files, move=False)
+            return await self._apply(staged, files, time.perf_counter() - started)
 
     async def from_nccl(
         self, weights: NcclWeights, expected_version: int | None
@@ -119,15 +120,14 @@ class WeightUpdater:
             check_announced(weights, self._target.manifest(), self._aliases)
             return await self._swap(weights, 0.0)
 
-    def _checked_path(self, path: Path) -> list[Path]:
+    def _checked_path(self, path: Path) -> StagedWeights:
         try:
             if not path.exists():
                 raise NotFound(f"{path} does not exist on the server")
             files = checkpoint_files(path)
         except OSError as exc:  # a name too long, a folder we may not read...
             raise BadRequest(f"{path} cannot be read: {exc.strerror or exc}") from None
-        self._check_headers(files)
-        return files
+        return self._check_headers(files)
 
     def _check_headers(self, files: list[Path]) -> StagedWeights:
         """The files' headers against the manifest (file work: off the loop)."""
@@ -142,21 +142,22 @@ class WeightUpdater:
         if ratio is not None:
             self._served_norms = norms
 
-    async def _apply(self, files: list[Path], load_s: float) -> WeightUpdateResult:
-        """Swap in adopted ``files`` (header-checked), then persist them with their
-        version. Their values are checked while the engine loads them (it swaps only
-        if they pass), and their data goes to the disk (``fsync``) while the engine
-        swaps, there before the store names them."""
+    async def _apply(
+        self, checked: StagedWeights, files: list[Path], load_s: float
+    ) -> WeightUpdateResult:
+        """Swap in ``files``, the store's adopted copies of the header-``checked`` ones,
+        then persist them with their version. Their values are checked while the engine
+        loads them (it swaps only if they pass), and their data goes to the disk
+        (``fsync``) while the engine swaps, there before the store names them."""
+        staged = dataclasses.replace(checked, files=tuple(files))
         durable = asyncio.ensure_future(asyncio.to_thread(_fsync_all, files))
-        checked: asyncio.Future[None] | None = None
+        values = asyncio.ensure_future(asyncio.to_thread(self._check_values, staged))
         try:
-            staged = await asyncio.to_thread(self._check_headers, files)
-            checked = asyncio.ensure_future(asyncio.to_thread(self._check_values, staged))
-            result = await self._swap(staged, load_s, ready=checked)
+            result = await self._swap(staged, load_s, ready=values)
             await durable
         except BaseException:
             self._served_norms = None  # the check may have moved them on
-            await _settle(durable, checked)  # their threads still hold the files
+            await _settle(durable, values)  # their threads still hold the files
             await asyncio.to_thread(self._store.discard, files)
             raise
         replaced = await asyncio.to_thread(self._store.commit, files, result.policy_version)
@@ -236,13 +237,11 @@ async def restore_policy(
     return staged
 
 
-async def _settle(*futures: asyncio.Future[None] | None) -> None:
+async def _settle(*futures: asyncio.Future[None]) -> None:
     """Wait for ``futures`` to end, their errors retrieved, not raised: the caller raises
     its own."""
-    running = [f for f in futures if f is not None]
-    if running:
-        await asyncio.wait(running)
-    for future in running:
+    await asyncio.wait(futures)
+    for future in futures:
         if not future.cancelled():
             future.exception()
 
