@@ -6,7 +6,9 @@ A real ``rollgym serve`` (vLLM engine) and a real trainer, each its own process.
 trainer runs ``--steps`` GRPO steps on GuessNumber; once it has logged
 ``--kill-server-at`` steps the server is killed (SIGKILL to it and its engine process) and
 started again on the same data dir and port: it must come back at its last applied
-version on those weights, with its rollout job, while the trainer waits and reconnects.
+version on those weights, with its rollout job, while the trainer waits and reconnects
+(the trainer is stopped, SIGSTOP, from the kill until the restarted server's version is
+read, so that a push of its own cannot land first).
 Once the trainer has checkpointed ``--kill-trainer-at`` steps it is killed the same way and
 started again: it resumes from that checkpoint. (A kill between a step's weight push and
 its checkpoint resumes one step back: the restored weights are pushed as a new version, and
@@ -86,9 +88,13 @@ def run(
         _wait_for_step(out, kill_server_at, trainer)
         versions["server before its kill"] = _version(server)
         server.kill()
-        versions["server's persisted version at its kill"] = _persisted_version(server)
-        server.start()
-        versions["server after its restart"] = _version(server)
+        os.killpg(trainer.pid, signal.SIGSTOP)  # its next push waits until the version is read
+        try:
+            versions["server's persisted version at its kill"] = _persisted_version(server)
+            server.start()
+            versions["server after its restart"] = _version(server)
+        finally:
+            os.killpg(trainer.pid, signal.SIGCONT)
         _wait_for_checkpoint(out, kill_trainer_at, trainer)
         versions["server at the trainer's kill"] = _version(server)
         _kill(trainer)
