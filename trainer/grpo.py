@@ -31,6 +31,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rollgym.trainer.alarms import behaviour_stats, zero_variance_share
 from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.shared_prompt import can_share_prompts, shared_prompt_forward
 from rollgym.trainer.trust_region import StepTrustRegion
 
 PLACEHOLDER_PROMPT = "(tasks are chosen by the rollout server)"
@@ -105,6 +106,7 @@ class ServerGRPOTrainer(GRPOTrainer):
     And one to save a forward pass: scoring a batch skips TRL's recomputation of its
     logprobs, and the loss's own forward supplies them (``_get_per_token_logps_and_entropies``
     while ``_compute_loss`` runs), with the ratio, the alarms and the sample log built there.
+    Every forward of whole rows computes each distinct prompt once (``trainer.shared_prompt``).
     """
 
     def __init__(
@@ -187,9 +189,35 @@ class ServerGRPOTrainer(GRPOTrainer):
             self._loss_batch = None
 
     def _get_per_token_logps_and_entropies(
-        self, model: Any, *args: Any, **kwargs: Any
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        prompt_ids, prompt_mask = (
+            input_ids[:, :-logits_to_keep],
+            attention_mask[:, :-logits_to_keep],
+        )
+        text_only = not any(kwargs.values())  # no images, no MoE aux loss
+        whole_batch = batch_size is None or batch_size >= input_ids.size(0)  # no chunking asked
+        if text_only and whole_batch and can_share_prompts(model, prompt_ids, prompt_mask):
+            with self.accelerator.autocast():
+                out = shared_prompt_forward(model, input_ids, attention_mask, logits_to_keep)
+            logps, entropies, aux = out.log_probs, out.entropy if compute_entropy else None, None
+        else:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                **kwargs,
+            )
         batch, self._loss_batch = self._loss_batch, None
         if batch is not None:  # the loss's forward, at the weights the step starts from
             self._correct_for_behaviour(batch, logps.detach())

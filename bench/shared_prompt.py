@@ -1,0 +1,138 @@
+"""The GRPO loss's forward and backward: each distinct prompt once vs every row whole.
+
+    .venv/bin/python -m bench.shared_prompt [--repeats 3]
+
+``trainer.shared_prompt`` computes a group's prompt once and lets every sample's completion
+read its KV cache; TRL's forward runs every row whole (the baseline, in the same run). Each
+row of the table is a batch shaped like a training step's: ``prompts x samples`` rows, a
+prompt (one of them left-padded) and completions of mixed lengths, random tokens, TRL's
+fused LM head, float32, the trainer's threads (all cores). Timed: forward, a loss over the
+completion tokens, backward; the median of ``--repeats`` after one untimed. Also printed:
+the largest difference between the two ways' logprobs. The default model at
+``bench.peers``' shape (GuessTool: a 230-token prompt with its tool schema, up to 190
+tokens sampled and replied, 4 groups of 8); SmolLM2-135M, when pulled, at a smaller one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import quiet_training_output
+
+SHAPES = (  # (model, prompts, samples per prompt, prompt tokens, completion tokens)
+    ("default", 4, 8, 230, 190),
+    ("smollm2-135m-instruct", 2, 4, 230, 64),
+)
+
+
+def model_dir(name: str) -> Path | None:
+    from rollgym.contract import paths
+    from rollgym.models.catalog import CATALOG
+    from rollgym.models.pull import is_pulled
+
+    if name == "default":
+        return paths.default_model_dir()
+    path = paths.models_dir() / name
+    return path if is_pulled(CATALOG[name], path) else None
+
+
+def batch(vocab: int, prompts: int, samples: int, prompt: int, completion: int) -> tuple:
+    """Input ids, attention mask and completion mask of ``prompts x samples`` rows."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    prompt_ids = torch.randint(3, vocab, (prompts, prompt), generator=generator)
+    prompt_mask = torch.ones_like(prompt_ids)
+    prompt_mask[0, :10] = 0  # a shorter prompt, left-padded as TRL pads
+    rows = prompts * samples
+    lengths = torch.randint(completion // 3, completion + 1, (rows,), generator=generator)
+    completion_mask = (torch.arange(completion)[None] < lengths[:, None]).long()
+    ids = torch.cat(
+        [
+            prompt_ids.repeat_interleave(samples, 0),
+            torch.randint(3, vocab, (rows, completion), generator=generator),
+        ],
+        1,
+    )
+    mask = torch.cat([prompt_mask.repeat_interleave(samples, 0), completion_mask], 1)
+    return ids, mask, completion_mask
+
+
+def timed(model: Any, forward: Any, completion_mask: Any, repeats: int) -> tuple[float, Any]:
+    """Median seconds of forward + backward, and the logprobs of the last run."""
+    times = []
+    for _ in range(repeats + 1):
+        model.zero_grad()
+        started = time.perf_counter()
+        logps = forward()
+        (logps * completion_mask).sum().backward()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times[1:]), logps.detach()
+
+
+def measure(path: Path, shape: tuple[int, int, int, int], repeats: int) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from rollgym.trainer.shared_prompt import shared_prompt_forward
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    model.train()
+    completion = shape[3]
+    ids, mask, completion_mask = batch(model.config.vocab_size, *shape)
+
+    def whole_rows() -> Any:
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-completion] = -100
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -completion:]
+
+    def shared() -> Any:
+        return shared_prompt_forward(model, ids, mask, completion).log_probs
+
+    whole_s, whole_logps = timed(model, whole_rows, completion_mask, repeats)
+    shared_s, shared_logps = timed(model, shared, completion_mask, repeats)
+    scored = completion_mask.bool()
+    return {
+        "whole_s": whole_s,
+        "shared_s": shared_s,
+        "max_diff": float((whole_logps[scored] - shared_logps[scored]).abs().max()),
+    }
+
+
+def main() -> None:
+    import torch
+
+    quiet_training_output()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    print(
+        f"{'model':<24}{'batch':>8}{'prompt':>8}{'sampled':>9}{'whole rows':>12}"
+        f"{'shared':>9}{'speed-up':>10}{'max |dlogp|':>13}"
+    )
+    for name, *shape in SHAPES:
+        path = model_dir(name)
+        if path is None:
+            print(f"{name:<24}not pulled (rollgym model pull {name})")
+            continue
+        row = measure(path, tuple(shape), args.repeats)  # type: ignore[arg-type]
+        prompts, samples, prompt, completion = shape
+        print(
+            f"{name:<24}{f'{prompts}x{samples}':>8}{prompt:>8}{completion:>9}"
+            f"{row['whole_s']:>11.3f}s{row['shared_s']:>8.3f}s"
+            f"{row['whole_s'] / row['shared_s']:>9.2f}x{row['max_diff']:>13.1e}"
+        )
+    print(f"forward + backward, median of {args.repeats}; {os.cpu_count()} cores, float32")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""A forward pass that computes each distinct prompt once gives what whole rows give: the
+same logprobs and entropies of the completion tokens and the same gradients, on the tiny
+default model with TRL's fused LM head (the head the GRPO loss uses). Whole-batch training
+through ``ServerGRPOTrainer`` is compared with TRL's own forward in test_trainer_grpo.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from trl.trainer.utils import add_fused_lm_head
+
+from rollgym.trainer.shared_prompt import can_share_prompts, shared_prompt_forward
+
+PROMPT, COMPLETION, PROMPTS, SAMPLES = 24, 16, 3, 4
+
+
+@pytest.fixture
+def model(default_model_dir: Path) -> Any:
+    torch.manual_seed(0)
+    loaded = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32)
+    add_fused_lm_head(loaded, temperature=0.7, outputs=("log_probs", "entropy"))
+    return loaded.train()
+
+
+def _batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``PROMPTS`` prompts (one left-padded) of ``SAMPLES`` rows each, completions of mixed
+    lengths right-padded: input ids, attention mask, completion mask."""
+    prompts = torch.randint(3, vocab, (PROMPTS, PROMPT)).repeat_interleave(SAMPLES, 0)
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[:SAMPLES, :5] = 0
+    prompts[:SAMPLES, :5] = 0
+    rows = PROMPTS * SAMPLES
+    completions = torch.randint(3, vocab, (rows, COMPLETION))
+    lengths = torch.randint(1, COMPLETION + 1, (rows,))
+    completion_mask = (torch.arange(COMPLETION)[None] < lengths[:, None]).long()
+    ids = torch.cat([prompts, completions], 1)
+    return ids, torch.cat([prompt_mask, completion_mask], 1), completion_mask
+
+
+def _whole_rows(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> Any:
+    """TRL's way: every row forward whole, only the completion's labels scored."""
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-COMPLETION] = -100
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -COMPLETION:], out.entropy[:, -COMPLETION:]
+
+
+def _logps_and_grads(
+    model: Any, forward: Any
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    logps, entropy = forward()
+    (logps * torch.linspace(-1, 1, logps.size(0))[:, None]).sum().backward()  # signed weights
+    return logps.detach(), entropy.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(model):
+    ids, mask, completion_mask = _batch(model.config.vocab_size)
+    whole = _logps_and_grads(model, lambda: _whole_rows(model, ids, mask))
+
+    def shared() -> tuple[torch.Tensor, torch.Tensor]:
+        out = shared_prompt_forward(model, ids, mask, COMPLETION)
+        return out.log_probs, out.entropy
+
+    ours = _logps_and_grads(model, shared)
+    scored = completion_mask.bool()
+    assert ours[0].shape == whole[0].shape == (PROMPTS * SAMPLES, COMPLETION)
+    torch.testing.assert_close(ours[0][scored], whole[0][scored], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ours[1][scored], whole[1][scored], atol=1e-4, rtol=1e-4)
+    for grad, expected in zip(ours[2], whole[2], strict=True):
+        torch.testing.assert_close(grad, expected, atol=1e-5, rtol=1e-3)
+
+
+def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model):
+    ids, mask, _ = _batch(model.config.vocab_size)
+    prompts, prompt_mask = ids[:, :-COMPLETION], mask[:, :-COMPLETION]
+    assert can_share_prompts(model, prompts, prompt_mask)
+    one_each = prompts[::SAMPLES]
+    assert not can_share_prompts(model, one_each, prompt_mask[::SAMPLES])
+    assert not can_share_prompts(model, prompts[:, -1:], prompt_mask[:, -1:])
+    model.gradient_checkpointing_enable()
+    assert not can_share_prompts(model, prompts, prompt_mask)
