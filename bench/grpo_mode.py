@@ -45,20 +45,32 @@ def tokens_per_s(
 
 @contextlib.contextmanager
 def served(
-    model_dir: Path, data_dir: Path, settings: dict[str, str] | None = None
+    model_dir: Path,
+    data_dir: Path,
+    settings: dict[str, str] | None = None,
+    threads: Any = None,
 ) -> Iterator[Any]:
     """A fresh ``rollgym serve`` child on ``model_dir`` and a client to it (``settings``:
-    extra ``ROLLGYM_*`` variables); this process's torch gets the trainer's threads."""
+    extra ``ROLLGYM_*`` variables); this process's torch gets the trainer's threads
+    (``threads``: a ``CpuSplit``, default ``rollgym run``'s), pinned where it says so."""
     import torch
 
+    from rollgym.run.cores import pin_process
     from rollgym.run.pipeline import CpuSplit
     from rollgym.run.server_process import ServerProcess
     from rollgym.trainer.client import ServerClient
 
-    threads = CpuSplit()
+    threads = threads or CpuSplit()
     torch.set_num_threads(threads.trainer)
+    trainer_cores, server_cores = threads.cores() or (None, None)
+    if trainer_cores is not None:
+        pin_process(trainer_cores)
     server = ServerProcess(
-        model_dir=model_dir, data_dir=data_dir, threads=threads.server, settings=settings
+        model_dir=model_dir,
+        data_dir=data_dir,
+        threads=threads.server,
+        cores=server_cores,
+        settings=settings,
     )
     with server, ServerClient(server.client_config()) as client:
         yield client

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.peers [--steps 30] [--eval-episodes 200]
                                     [--arms trl,trl-cb,sync,async-1,async-2] [--out DIR]
-                                    [--max-step-kl KL]
+                                    [--max-step-kl KL] [--unpinned]
 
 Every figure rollgym publishes elsewhere compares it with itself; a user choosing a tool
 compares it with what they would use instead. So one task, one model, one warm start, the
@@ -21,7 +21,9 @@ GRPO with rollgym's settings, ``trainer.grpo.grpo_args``), run three ways:
                        each guess through the in-box executor (no ``docker exec``), while
                        the trainer waits; then the trainer trains and pushes the weights.
 * ``async-k``          **rollgym, asynchronous** (``max_staleness=k``): the server samples
-                       the next batches while the trainer trains on this one.
+                       the next batches while the trainer trains on this one, each on
+                       its own cores (``CpuSplit(pinned=True)``: the server and its engine
+                       one core, the trainer the rest; ``--unpinned``: both on all).
 
 The task is ``rollgym/GuessTool-v0``: GuessNumber 1..8 in 3 turns with range feedback
 ("Higher. From 5 to 8."), each guess a call of the tool ``guess(number)`` whose verdict a
@@ -52,8 +54,10 @@ episode goes on. TRL samples on the policy it trains (no behaviour-logprob corre
 needed, none applied), rollgym corrects for the engine's sampling (``grpo.py``). rollgym
 checkpoints every step (its acknowledgements need it); TRL here never. rollgym's sandbox
 pool holds ``(staleness + 1) x batch`` boxes, TRL makes one container per rollout of a
-batch (32). ``--max-step-kl`` gives rollgym's arms its trust region (``trainer.trust_region``,
-one forward pass more per step), a guard TRL alone has no counterpart for; off by default.
+batch (32). rollgym's arms train with its trust region (``--max-step-kl``, the built-in run's
+0.02: ``trainer.trust_region``, one forward pass more per step), a guard TRL alone has no
+counterpart for; ``--max-step-kl 0`` turns it off (without it, asynchronous arms collapsed in
+two of four full runs' arms: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -169,6 +173,18 @@ def pool_settings(boxes: int) -> dict[str, str]:
     return {"ROLLGYM_SANDBOXES__POOL_SIZE": str(boxes)}
 
 
+def cpu_split(staleness: int, *, pinned: bool) -> Any:
+    """Synchronous: ``rollgym run``'s split (trainer and server take turns, the trainer on
+    every core). Asynchronous: both busy at once, so each on its own cores (the server one,
+    the trainer the rest) unless ``pinned`` is off."""
+    from rollgym.run.pipeline import CpuSplit
+
+    if staleness == 0 or not pinned:
+        return CpuSplit()
+    cores = os.cpu_count() or 2
+    return CpuSplit(server=1, trainer=max(cores - 1, 1), pinned=cores > 1)
+
+
 # --- the arms, each in a child process -----------------------------------------------------
 
 
@@ -182,12 +198,13 @@ def run_rollgym_arm(arm: str, args: argparse.Namespace, warm_dir: Path) -> Row:
     run = RunConfig(
         run_dir=root,
         task=task_config(),
-        trainer=trainer_config(args, root, staleness, args.max_step_kl),
+        trainer=trainer_config(args, root, staleness, args.max_step_kl or None),
         warmstart=None,
         eval_episodes=0,
     )
     pool = pool_settings((staleness + 1) * BATCH)
-    with PeakRss() as peak, served(warm_dir, root / "server", pool) as client:
+    threads = cpu_split(staleness, pinned=not args.unpinned)
+    with PeakRss() as peak, served(warm_dir, root / "server", pool, threads) as client:
         timed = train_timed(run, client, warm_dir)
     busy, waiting = timed.result.stage_shares["environment"]
     return Row(
@@ -253,7 +270,7 @@ def arm_in_child(arm: str, args: argparse.Namespace) -> Row:
     command = [
         sys.executable, "-m", "bench.peers", "--only-arm", arm,
         "--steps", str(args.steps), "--lr", str(args.lr), "--out", str(args.out),
-        *(["--max-step-kl", str(args.max_step_kl)] if args.max_step_kl is not None else []),
+        "--max-step-kl", str(args.max_step_kl), *(["--unpinned"] if args.unpinned else []),
     ]  # fmt: skip
     with (root / "arm.log").open("wb") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
@@ -363,7 +380,13 @@ def main() -> None:
     parser.add_argument(
         "--max-step-kl",
         type=float,
-        help="rollgym's trust region on its arms (the built-in run's 0.02; TRL has none)",
+        default=0.02,
+        help="rollgym's trust region on its arms (the built-in run's; TRL has none); 0: off",
+    )
+    parser.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="asynchronous arms: trainer and server on all cores, not each on its own",
     )
     parser.add_argument("--only-arm", choices=ARMS, help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args()

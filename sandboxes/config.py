@@ -40,6 +40,12 @@ class SandboxConfig(BaseModel):
     )
     memory_mb: int = Field(512, ge=32, description="memory limit (no swap on top)")
     cpus: float = Field(1.0, gt=0, le=64)
+    cpuset: str | None = Field(
+        None,
+        pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$",
+        description="the cores the box may run on, as Docker's --cpuset-cpus ('1', '0-3,6'); "
+        "default: any",
+    )
     pids_limit: int = Field(128, ge=16, description="processes and threads in the box")
     uid: int = Field(61000, ge=1, description="the agent's user: commands run as it")
     gid: int = Field(61000, ge=1, description="the agent's group (the verifier's too)")

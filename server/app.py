@@ -236,7 +236,8 @@ def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
     from rollgym.sandboxes.config import PoolConfig, SandboxConfig, default_runtime_dir
     from rollgym.sandboxes.docker import DockerSandboxPool
 
-    box = SandboxConfig(image=config.image) if config.image else SandboxConfig()
+    chosen = {"image": config.image, "cpuset": config.cpuset}
+    box = SandboxConfig(**{key: value for key, value in chosen.items() if value is not None})
     pool_config = PoolConfig(
         size=config.pool_size,
         acquire_timeout_s=config.acquire_timeout_s,

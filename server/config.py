@@ -212,6 +212,9 @@ class SandboxSettings(_Config):
     pool_size: int = Field(0, ge=0, le=1024)
     image: str | None = Field(None, description="default: the sandboxes package's image")
     acquire_timeout_s: float = Field(60.0, gt=0)
+    cpuset: str | None = Field(
+        None, description="the cores the boxes run on (e.g. '1' or '2-3'); default: any"
+    )
     runtime_dir: str | None = Field(
         None,
         description="the boxes' socket folder (default: the sandboxes package's); in a "

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from rollgym.contract import paths
 from rollgym.contract.wire import RolloutJob, SamplingSettings
 from rollgym.run.cluster_process import ClusterProcess
+from rollgym.run.cores import allowed_cores, pin_process
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
 from rollgym.run.warmstart import BUILT_IN_RULES, WarmStartConfig, warm_start
@@ -91,12 +92,36 @@ def _half_the_cores() -> int:
 class CpuSplit(BaseModel):
     """Threads for the two processes that share the CPU. By default the server gets half
     the cores and the trainer all of them: in the built-in run the trainer is busy ~98% of
-    the time and the server ~20%, so they overlap only while the server samples."""
+    the time and the server ~20%, so they overlap only while the server samples.
+
+    ``pinned`` gives each its own cores instead (the trainer the first ``trainer`` of
+    those this process may use, the server and its engine the next ``server``; sandboxes
+    run anywhere): for an asynchronous run whose server samples as long as the trainer
+    trains, where OpenMP threads sharing cores with a busy server stall at their barriers
+    (``bench.peers``' asynchronous arms, docs/benchmarks.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     server: int = Field(default_factory=_half_the_cores, ge=1)
     trainer: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    pinned: bool = False
+
+    @model_validator(mode="after")
+    def _cores_to_pin(self) -> CpuSplit:
+        if self.pinned and self.trainer + self.server > len(allowed_cores()):
+            raise ValueError(
+                f"pinned needs trainer + server <= {len(allowed_cores())} cores "
+                f"(those this process may use), not {self.trainer} + {self.server}"
+            )
+        return self
+
+    def cores(self) -> tuple[set[int], set[int]] | None:
+        """The trainer's cores and the server's when pinned, else ``None`` (any). Read it
+        before pinning either: it splits the cores this process may use now."""
+        if not self.pinned:
+            return None
+        cores = sorted(allowed_cores())
+        return set(cores[: self.trainer]), set(cores[self.trainer : self.trainer + self.server])
 
 
 class RunConfig(BaseModel):
@@ -235,8 +260,11 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
         )
 
     torch.set_num_threads(config.threads.trainer)  # this process; a server has its own
+    trainer_cores, server_cores = config.threads.cores() or (None, None)
+    if trainer_cores is not None:
+        pin_process(trainer_cores)
     with (
-        _rollout_server(config, warm_dir, printer) as client_config,
+        _rollout_server(config, warm_dir, printer, server_cores) as client_config,
         ServerClient(client_config) as client,
     ):
         printer(f"[3/5] GRPO against {client_config.url} ({config.trainer.mode} mode)")
@@ -300,9 +328,13 @@ def _ensure_model(model_dir: Path, printer: Callable[[str], object]) -> None:
 
 @contextlib.contextmanager
 def _rollout_server(
-    config: RunConfig, warm_dir: Path, printer: Callable[[str], object]
+    config: RunConfig,
+    warm_dir: Path,
+    printer: Callable[[str], object],
+    cores: set[int] | None = None,
 ) -> Iterator[ClientConfig]:
-    """Connect to ``config.server_url``, or start ``rollgym serve`` for the run's lifetime."""
+    """Connect to ``config.server_url``, or start ``rollgym serve`` for the run's lifetime
+    (on ``cores``: ``CpuSplit.cores``)."""
     if config.server_url is not None:
         token = os.environ.get("ROLLGYM_ADMIN_TOKEN")
         if not token:
@@ -332,6 +364,7 @@ def _rollout_server(
         log_path=config.run_dir / "server.log",
         settings=seed,
         threads=config.threads.server,
+        cores=cores,
     ) as server:
         yield server.client_config()
 

@@ -27,6 +27,7 @@ from types import TracebackType
 
 from pydantic import SecretStr
 
+from rollgym.run.cores import pin_process
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import ClientConfig
 from rollgym.trainer.errors import ServerUnavailable
@@ -56,6 +57,7 @@ class ServerProcess:
         admin_token: str | None = None,
         settings: dict[str, str] | None = None,
         threads: int | None = None,
+        cores: set[int] | None = None,
         startup_timeout_s: float = 300.0,
         stop_timeout_s: float = 30.0,
     ) -> None:
@@ -64,7 +66,8 @@ class ServerProcess:
         ``threads`` caps the engine's OpenMP threads. On a small CPU machine shared with the
         trainer, give each process its own cores: OpenMP threads that outnumber the cores
         spin at barriers, and a GRPO step measured here took 3x longer with both processes
-        on all cores than with one core each.
+        on all cores than with one core each. ``cores`` pins the server (and so its engine)
+        to those cores (``rollgym.run.cores``).
         """
         self.model_dir = model_dir
         self.data_dir = data_dir
@@ -72,6 +75,7 @@ class ServerProcess:
         self.admin_token = admin_token or secrets.token_urlsafe(24)
         self.settings = dict(settings or {})
         self.threads = threads
+        self.cores = cores
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.port = 0
@@ -119,6 +123,8 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches us, not it
             )
+        if self.cores is not None:  # before it starts its engine (a child) or any thread
+            pin_process(self.cores, self._process.pid)
         self._wait_ready()
 
     def _location(self) -> dict[str, str]:

@@ -163,6 +163,14 @@ def test_memory_hog_is_killed_and_reported_and_the_box_retired_after() -> None:
             assert box.id != hog_id
 
 
+def test_a_box_given_a_cpuset_runs_only_on_those_cores() -> None:
+    last = max(os.sched_getaffinity(0))
+    config = PoolConfig(size=1, box=SandboxConfig(cpuset=str(last)), **QUIET)
+    with DockerSandboxPool(config) as pool, pool.sandbox() as box:
+        shown = box.run_shell("grep Cpus_allowed_list /proc/self/status").stdout
+        assert shown.split() == ["Cpus_allowed_list:", str(last)]
+
+
 def test_reset_leaves_no_files_processes_or_python_state() -> None:
     with DockerSandboxPool(PoolConfig(size=1, **QUIET)) as pool:
         with pool.sandbox() as box:
