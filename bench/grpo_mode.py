@@ -53,18 +53,12 @@ def served(
     """A fresh ``rollgym serve`` child on ``model_dir`` and a client to it (``settings``:
     extra ``ROLLGYM_*`` variables); this process's torch gets the trainer's threads
     (``threads``: a ``CpuSplit``, default ``rollgym run``'s), pinned where it says so."""
-    import torch
-
-    from rollgym.run.cores import pin_process
     from rollgym.run.pipeline import CpuSplit
     from rollgym.run.server_process import ServerProcess
     from rollgym.trainer.client import ServerClient
 
     threads = threads or CpuSplit()
-    torch.set_num_threads(threads.trainer)
-    trainer_cores, server_cores = threads.cores() or (None, None)
-    if trainer_cores is not None:
-        pin_process(trainer_cores)
+    server_cores = threads.set_up_trainer()
     server = ServerProcess(
         model_dir=model_dir,
         data_dir=data_dir,

@@ -236,8 +236,7 @@ def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
     from rollgym.sandboxes.config import PoolConfig, SandboxConfig, default_runtime_dir
     from rollgym.sandboxes.docker import DockerSandboxPool
 
-    chosen = {"image": config.image, "cpuset": config.cpuset}
-    box = SandboxConfig(**{key: value for key, value in chosen.items() if value is not None})
+    box = SandboxConfig(**config.model_dump(include={"image", "cpuset"}, exclude_none=True))
     pool_config = PoolConfig(
         size=config.pool_size,
         acquire_timeout_s=config.acquire_timeout_s,

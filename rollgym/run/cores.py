@@ -23,6 +23,6 @@ def pin_process(cores: Iterable[int], pid: int | None = None) -> None:
             continue
 
 
-def allowed_cores(pid: int | None = None) -> set[int]:
-    """The cores a process's main thread may run on."""
-    return os.sched_getaffinity(pid or 0)
+def allowed_cores() -> set[int]:
+    """The cores the calling thread may run on."""
+    return os.sched_getaffinity(0)

@@ -123,6 +123,16 @@ class CpuSplit(BaseModel):
         cores = sorted(allowed_cores())
         return set(cores[: self.trainer]), set(cores[self.trainer : self.trainer + self.server])
 
+    def set_up_trainer(self) -> set[int] | None:
+        """Make this process the trainer: its torch threads, and its cores when pinned.
+        Returns the server's cores for ``ServerProcess(cores=...)`` (``None``: any)."""
+        torch.set_num_threads(self.trainer)
+        split = self.cores()
+        if split is None:
+            return None
+        pin_process(split[0])
+        return split[1]
+
 
 class RunConfig(BaseModel):
     """The whole built-in run; ``trainer.output_dir`` is taken relative to ``run_dir``."""
@@ -259,10 +269,7 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
             config.warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
         )
 
-    torch.set_num_threads(config.threads.trainer)  # this process; a server has its own
-    trainer_cores, server_cores = config.threads.cores() or (None, None)
-    if trainer_cores is not None:
-        pin_process(trainer_cores)
+    server_cores = config.threads.set_up_trainer()  # this process; a server has its own
     with (
         _rollout_server(config, warm_dir, printer, server_cores) as client_config,
         ServerClient(client_config) as client,
