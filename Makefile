@@ -6,7 +6,7 @@
 
 PY := .venv/bin/python
 
-.PHONY: setup run test test-unit lint typecheck
+.PHONY: setup run test test-unit test-gpu lint typecheck
 setup:
 	scripts/setup.sh
 
@@ -18,6 +18,12 @@ test: setup lint typecheck
 
 test-unit:
 	$(PY) -m pytest -m unit
+
+# On a GPU host: the trainer's unit tests, which then train on CUDA (and run the tensor
+# code's tests on both devices). make test covers the CPU.
+test-gpu:
+	$(PY) -c "import sys, torch; torch.cuda.is_available() or sys.exit('no CUDA device here')"
+	$(PY) -m pytest -m unit tests/unit/test_trainer_*.py
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .

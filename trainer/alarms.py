@@ -64,7 +64,7 @@ def behaviour_stats(
     if log_ratio.numel() == 0:
         return {}
     ratio = log_ratio.exp()
-    quantiles = torch.quantile(ratio, torch.tensor([0.01, 0.5, 0.99], dtype=ratio.dtype))
+    quantiles = torch.quantile(ratio, ratio.new_tensor([0.01, 0.5, 0.99]))
     return {
         "kl_behaviour": float((ratio - 1 - log_ratio).mean()),
         "is_ratio_p01": float(quantiles[0]),

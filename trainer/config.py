@@ -111,6 +111,11 @@ class TrainerConfig(_Config):
         description="recompute activations in the backward pass (TRL's default): less memory, "
         "one more forward's time per step",
     )
+    mixed_precision: Literal["no", "bf16"] = Field(
+        "no",
+        description="bf16: forward and backward in bfloat16 under autocast, weights and "
+        "optimizer in float32 (for GPUs; a CPU without bfloat16 units runs it slower)",
+    )
     max_grad_norm: float = Field(1.0, gt=0)
     loss_type: LossType = "dapo"
     epsilon: float = Field(0.2, gt=0, description="PPO clip range (low side)")

@@ -77,7 +77,8 @@ def grpo_args(config: TrainerConfig, **overrides: Any) -> GRPOConfig:
         report_to=[],
         disable_tqdm=True,
         seed=config.seed,
-        bf16=False,
+        bf16=config.mixed_precision == "bf16",
+        use_cpu=not torch.cuda.is_available(),  # CUDA where a GPU answers (bf16 needs it said)
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         model_init_kwargs={"dtype": "float32"},

@@ -7,11 +7,19 @@ which takes precedence over these.
 from __future__ import annotations
 
 import pytest
+import torch
 from server_fakes import engine_factory, in_process, settings
 
 from rollgym.server.app import create_app
 from rollgym.server.chat import ChatCodec
 from rollgym.server.engine.fake import FakeEngine
+
+
+@pytest.fixture(params=["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+def device(request) -> torch.device:
+    """Each torch device of this host: the CPU, and CUDA where a GPU answers (the trainer's
+    own tensor code runs on both; TRL's training runs on CUDA there by itself)."""
+    return torch.device(request.param)
 
 
 @pytest.fixture(scope="module")

@@ -18,18 +18,19 @@ from rollgym.trainer.config import AlarmBounds
 from rollgym.trainer.progress import StepRecord
 
 
-def test_same_logprobs_give_zero_kl_and_unit_ratios() -> None:
-    logps = torch.tensor([[-0.5, -2.0, -1.0]])
-    stats = behaviour_stats(logps, logps.clone(), torch.ones(1, 3), cap=3.0)
+def test_same_logprobs_give_zero_kl_and_unit_ratios(device) -> None:
+    logps = torch.tensor([[-0.5, -2.0, -1.0]], device=device)
+    stats = behaviour_stats(logps, logps.clone(), torch.ones(1, 3, device=device), cap=3.0)
     assert stats["kl_behaviour"] == 0.0
     assert stats["is_ratio_p01"] == stats["is_ratio_p50"] == stats["is_ratio_max"] == 1.0
     assert stats["is_truncated"] == 0.0
 
 
-def test_kl_and_ratios_on_the_masked_tokens_only() -> None:
-    trainer = torch.tensor([[math.log(0.5), math.log(0.9), 0.0]])
-    behaviour = torch.tensor([[math.log(0.25), math.log(0.9), -50.0]])  # last: env token
-    stats = behaviour_stats(trainer, behaviour, torch.tensor([[1, 1, 0]]), cap=1.5)
+def test_kl_and_ratios_on_the_masked_tokens_only(device) -> None:
+    trainer = torch.tensor([[math.log(0.5), math.log(0.9), 0.0]], device=device)
+    behaviour = torch.tensor([[math.log(0.25), math.log(0.9), -50.0]], device=device)  # env
+    mask = torch.tensor([[1, 1, 0]], device=device)
+    stats = behaviour_stats(trainer, behaviour, mask, cap=1.5)
     # ratios 2 and 1; k3 = r - 1 - log r averaged over the two sampled tokens
     assert stats["kl_behaviour"] == pytest.approx((2 - 1 - math.log(2)) / 2)
     assert stats["is_ratio_max"] == pytest.approx(2.0)

@@ -115,7 +115,9 @@ def test_the_losss_own_logprobs_train_as_trls_extra_forward_pass_did(
     assert (ours["forwards_per_step"], trls["forwards_per_step"]) == (1, 2)
     assert ours["shared_prompt_forwards_per_step"] == 1  # the fake's groups share a prompt
     assert trls["shared_prompt_forwards_per_step"] == 0
-    assert ours["ratios"] == pytest.approx(trls["ratios"], rel=1e-5)
+    # a sequence's ratio is exp of a sum over its tokens: float32 rounding of a whole
+    # sequence (the two ways differ by up to 1.6e-5 relative on CUDA, 1e-6 on the CPU)
+    assert ours["ratios"] == pytest.approx(trls["ratios"], rel=5e-5)
     assert ours["losses"] == pytest.approx(trls["losses"], rel=1e-4, abs=1e-7)
     assert any(ratio != pytest.approx(1.0) for ratio in ours["ratios"])  # a correction ran
     # Adam divides each gradient by its own scale: where a gradient is near 0, the float noise

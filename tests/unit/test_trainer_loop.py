@@ -24,6 +24,7 @@ from trainer_fakes import (
 from transformers import AutoModelForCausalLM
 
 from rollgym.contract.wire import TrajectoryGroup
+from rollgym.trainer import grpo
 from rollgym.trainer.checkpoint import latest_checkpoint, read_state
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import ServerReplyError
@@ -136,6 +137,29 @@ def test_loss_falls_on_a_fixed_batch(tmp_path, default_model_dir) -> None:
     assert _good_minus_bad_logprob(trained) > _good_minus_bad_logprob(default_model_dir) + 0.5
 
 
+def test_bf16_mixed_precision_trains_under_autocast_and_pushes_float32_weights(
+    tmp_path, default_model_dir, monkeypatch
+) -> None:
+    autocast: list[tuple[bool, torch.dtype]] = []
+    forward = grpo.shared_prompt_forward
+
+    def recorded(model, input_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+        kind = input_ids.device.type
+        autocast.append((torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)))
+        return forward(model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(grpo, "shared_prompt_forward", recorded)
+    fake = FakeServer()
+    config = _config(tmp_path, total_steps=2, mixed_precision="bf16", gradient_checkpointing=False)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+
+    assert result.steps == 2
+    assert autocast == [(True, torch.bfloat16)] * 2  # each step's loss forward
+    first, last = fake.weights[0], fake.weights[-1]
+    assert {tensor.dtype for tensor in last.values()} == {torch.float32}
+    assert any(not torch.equal(first[k], last[k]) for k in first)
+
+
 def test_trl_trains_on_model_tokens_with_the_behaviour_logprob_correction(
     tmp_path, default_model_dir, monkeypatch
 ) -> None:
@@ -157,7 +181,7 @@ def test_trl_trains_on_model_tokens_with_the_behaviour_logprob_correction(
     # group-relative advantages: the fake's rewards are 1,1,0,0 per group -> +a,+a,-a,-a
     advantages = captured["advantages"].view(-1, 4)
     assert torch.all(advantages[:, :2] > 0) and torch.all(advantages[:, 2:] < 0)
-    torch.testing.assert_close(advantages.sum(dim=1), torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(advantages.sum(dim=1).cpu(), torch.zeros(2), atol=1e-4, rtol=0)
 
 
 def test_frozen_embeddings_stay_put_and_the_step_logs_alarms_and_samples(

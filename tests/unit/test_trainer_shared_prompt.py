@@ -20,16 +20,17 @@ PROMPT, COMPLETION, PROMPTS, SAMPLES = 24, 16, 3, 4
 
 
 @pytest.fixture
-def model(default_model_dir: Path) -> Any:
+def model(default_model_dir: Path, device: torch.device) -> Any:
     torch.manual_seed(0)
     loaded = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32)
     add_fused_lm_head(loaded, temperature=0.7, outputs=("log_probs", "entropy"))
-    return loaded.train()
+    return loaded.to(device).train()
 
 
-def _batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch(model: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``PROMPTS`` prompts (one left-padded) of ``SAMPLES`` rows each, completions of mixed
-    lengths right-padded: input ids, attention mask, completion mask."""
+    lengths right-padded, on the model's device: input ids, attention mask, completion mask."""
+    vocab = model.config.vocab_size
     prompts = torch.randint(3, vocab, (PROMPTS, PROMPT)).repeat_interleave(SAMPLES, 0)
     prompt_mask = torch.ones_like(prompts)
     prompt_mask[:SAMPLES, :5] = 0
@@ -39,7 +40,8 @@ def _batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     lengths = torch.randint(1, COMPLETION + 1, (rows,))
     completion_mask = (torch.arange(COMPLETION)[None] < lengths[:, None]).long()
     ids = torch.cat([prompts, completions], 1)
-    return ids, torch.cat([prompt_mask, completion_mask], 1), completion_mask
+    mask = torch.cat([prompt_mask, completion_mask], 1)
+    return ids.to(model.device), mask.to(model.device), completion_mask.to(model.device)
 
 
 def _whole_rows(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> Any:
@@ -55,12 +57,13 @@ def _logps_and_grads(
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     model.zero_grad()
     logps, entropy = forward()
-    (logps * torch.linspace(-1, 1, logps.size(0))[:, None]).sum().backward()  # signed weights
+    signs = torch.linspace(-1, 1, logps.size(0), device=logps.device)[:, None]
+    (logps * signs).sum().backward()  # signed weights
     return logps.detach(), entropy.detach(), [p.grad.clone() for p in model.parameters()]
 
 
 def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(model):
-    ids, mask, completion_mask = _batch(model.config.vocab_size)
+    ids, mask, completion_mask = _batch(model)
     whole = _logps_and_grads(model, lambda: _whole_rows(model, ids, mask))
 
     def shared() -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +80,7 @@ def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(
 
 
 def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model):
-    ids, mask, _ = _batch(model.config.vocab_size)
+    ids, mask, _ = _batch(model)
     prompts, prompt_mask = ids[:, :-COMPLETION], mask[:, :-COMPLETION]
     assert can_share_prompts(model, prompts, prompt_mask)
     one_each = prompts[::SAMPLES]
