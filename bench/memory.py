@@ -13,25 +13,41 @@ counted.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
+import time
 
 import psutil
 
 
-def tree_rss(process: psutil.Process) -> int:
-    """Bytes resident in ``process`` and every descendant still alive."""
+def members(process: psutil.Process) -> list[psutil.Process]:
+    """``process`` and every descendant alive now."""
+    with contextlib.suppress(psutil.Error):
+        return [process, *process.children(recursive=True)]
+    return [process]
+
+
+def total_rss(processes: list[psutil.Process]) -> int:
+    """Bytes resident in those of ``processes`` still alive."""
     total = 0
-    for member in (process, *process.children(recursive=True)):
+    for member in processes:
         with contextlib.suppress(psutil.Error):
             total += member.memory_info().rss
     return total
 
 
 class PeakRss:
-    """Samples ``tree_rss`` of this process every ``interval_s`` inside a ``with`` block."""
+    """Samples the RSS of this process and its descendants every ``interval_s`` inside a
+    ``with`` block, finding the descendants anew every ``tree_every_s``.
 
-    def __init__(self, interval_s: float = 0.2) -> None:
+    Finding them reads every process of the machine (``children(recursive=True)``): done at
+    each sample, next to a sandbox pool that starts a program per tool call, it took a tenth
+    of a core and the GIL from the process being measured (py-spy, bench.peers' trainer).
+    """
+
+    def __init__(self, interval_s: float = 0.2, tree_every_s: float = 2.0) -> None:
         self.interval_s = interval_s
+        self.tree_every_s = tree_every_s
         self.peak_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="peak-rss", daemon=True)
@@ -41,9 +57,11 @@ class PeakRss:
         return self.peak_bytes / 2**20
 
     def _sample(self) -> None:
-        me = psutil.Process()
+        me, found_at, tree = psutil.Process(), -math.inf, []
         while True:
-            self.peak_bytes = max(self.peak_bytes, tree_rss(me))
+            if time.monotonic() - found_at >= self.tree_every_s:
+                found_at, tree = time.monotonic(), members(me)
+            self.peak_bytes = max(self.peak_bytes, total_rss(tree))
             if self._stop.wait(self.interval_s):
                 return
 

@@ -80,7 +80,7 @@ def measure(path: Path, shape: tuple[int, int, int, int], repeats: int) -> dict[
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from rollgym.trainer.shared_prompt import shared_prompt_forward
+    from rollgym.trainer.shared_prompt import LENGTH_BUCKETS, shared_prompt_forward
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
@@ -94,21 +94,30 @@ def measure(path: Path, shape: tuple[int, int, int, int], repeats: int) -> dict[
         out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
         return out.log_probs[:, -completion:]
 
-    def shared() -> Any:
-        return shared_prompt_forward(model, ids, mask, completion).log_probs
+    def shared(buckets: int) -> Any:
+        return lambda: (
+            shared_prompt_forward(model, ids, mask, completion, buckets=buckets).log_probs
+        )
 
     whole_s, whole_logps = timed(model, whole_rows, completion_mask, repeats)
-    shared_s, shared_logps = timed(model, shared, completion_mask, repeats)
+    one_pass_s, one_pass_logps = timed(model, shared(1), completion_mask, repeats)
+    shared_s, shared_logps = timed(model, shared(LENGTH_BUCKETS), completion_mask, repeats)
     scored = completion_mask.bool()
     return {
         "whole_s": whole_s,
+        "one_pass_s": one_pass_s,
         "shared_s": shared_s,
-        "max_diff": float((whole_logps[scored] - shared_logps[scored]).abs().max()),
+        "max_diff": max(
+            float((whole_logps[scored] - logps[scored]).abs().max())
+            for logps in (one_pass_logps, shared_logps)
+        ),
     }
 
 
 def main() -> None:
     import torch
+
+    from rollgym.trainer.shared_prompt import LENGTH_BUCKETS
 
     quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -117,7 +126,7 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     print(
         f"{'model':<24}{'batch':>8}{'prompt':>8}{'sampled':>9}{'whole rows':>12}"
-        f"{'shared':>9}{'speed-up':>10}{'max |dlogp|':>13}"
+        f"{'shared, 1 pass':>16}{'by length':>11}{'speed-up':>10}{'max |dlogp|':>13}"
     )
     for name, *shape in SHAPES:
         path = model_dir(name)
@@ -128,10 +137,14 @@ def main() -> None:
         prompts, samples, prompt, completion = shape
         print(
             f"{name:<24}{f'{prompts}x{samples}':>8}{prompt:>8}{completion:>9}"
-            f"{row['whole_s']:>11.3f}s{row['shared_s']:>8.3f}s"
+            f"{row['whole_s']:>11.3f}s{row['one_pass_s']:>15.3f}s{row['shared_s']:>10.3f}s"
             f"{row['whole_s'] / row['shared_s']:>9.2f}x{row['max_diff']:>13.1e}"
         )
-    print(f"forward + backward, median of {args.repeats}; {os.cpu_count()} cores, float32")
+    print(
+        f"forward + backward, median of {args.repeats}; {os.cpu_count()} cores, float32; "
+        f"by length: the completions in {LENGTH_BUCKETS} passes of rows of similar length; "
+        "speed-up: whole rows over by length"
+    )
 
 
 if __name__ == "__main__":

@@ -11,15 +11,31 @@ reads it. ``bench.shared_prompt`` times it against the whole-row forward.
 
 The prompt pass stops one token short: the completion pass starts at the prompt's last
 token, so TRL's fused LM head scores the first sampled token and the rest just as it does
-on whole rows (its patched forward passes the cache on to the model).
+on whole rows (its patched forward passes the cache on to the model). The completions run
+in a few passes of rows of similar length (a whole batch padded to its longest completion
+computes every padded token: in ``bench.peers`` the mean completion is 60-72 tokens, the
+longest 75-91).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
+
+LENGTH_BUCKETS = 4  # completion passes per forward, rows grouped by length...
+ROWS_PER_PASS = 8  # ...of this many rows at least (fewer: small matrices, slower on a CPU)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedOutput:
+    """What the GRPO loss reads of TRL's fused head: ``(B, logits_to_keep)`` each."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor
 
 
 def distinct_prompts(
@@ -43,34 +59,64 @@ def distinct_prompts(
 def can_share_prompts(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> bool:
     """Whether a shared-prompt forward saves anything and the model supports it: a prompt
     of two tokens or more that some rows share, no gradient checkpointing (which drops the
-    KV cache while training)."""
+    KV cache while training), attention layers only (a linear-attention layer's cache holds
+    a state, not keys and values)."""
     if prompt_ids.size(1) < 2 or getattr(model, "is_gradient_checkpointing", False):
+        return False
+    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
+    if not set(layer_types) <= {"full_attention", "sliding_attention"}:
         return False
     return distinct_prompts(prompt_ids, prompt_mask)[0].size(0) < prompt_ids.size(0)
 
 
 def shared_prompt_forward(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
-) -> Any:
-    """TRL's fused-head output (``log_probs``, ``entropy``: ``(B, logits_to_keep)``) for rows of
-    ``prompt + completion`` whose last ``logits_to_keep`` tokens are the completion, with each
-    distinct prompt computed once. ``model`` carries TRL's ``add_fused_lm_head``."""
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    *,
+    buckets: int = LENGTH_BUCKETS,
+) -> SharedOutput:
+    """TRL's fused-head outputs (``log_probs``, ``entropy``: ``(B, logits_to_keep)``) for rows of
+    ``prompt + completion`` whose last ``logits_to_keep`` tokens are the completion
+    (right-padded), with each distinct prompt computed once. ``model`` carries TRL's
+    ``add_fused_lm_head``.
+
+    The completions run in up to ``buckets`` passes (of ``ROWS_PER_PASS`` rows or more) of
+    rows of similar length, each as long as its longest row: a padded token costs what a
+    sampled one does, and one pass over the whole batch would run every row to the longest
+    completion. Outputs past a row's length are 0 (the loss masks them, as it does the
+    whole-row forward's).
+    """
     width = input_ids.size(1) - logits_to_keep
     prompts, masks, inverse = distinct_prompts(input_ids[:, :width], attention_mask[:, :width])
-    cache = DynamicCache(config=model.config)
+    prompt_cache = DynamicCache(config=model.config)
     model.base_model(
         input_ids=prompts[:, :-1],
         attention_mask=masks[:, :-1],
-        past_key_values=cache,
+        past_key_values=prompt_cache,
         use_cache=True,
     )
-    cache.batch_select_indices(inverse)  # each row reads its prompt's keys and values
-    tail = input_ids[:, width - 1 :]
-    labels = tail.masked_fill(attention_mask[:, width - 1 :] == 0, -100)
-    return model(
-        input_ids=tail,
-        attention_mask=attention_mask,
-        past_key_values=cache,
-        labels=labels,
-        fused_lm_head=True,
-    )
+    layers: list[Any] = list(prompt_cache.layers)
+    lengths = attention_mask[:, width:].sum(dim=1)
+    order = lengths.argsort()
+    log_probs, entropy = [], []
+    for rows in order.tensor_split(max(1, min(buckets, len(order) // ROWS_PER_PASS))):
+        keep = max(int(lengths[rows].max()), 1)
+        cache = DynamicCache(  # each row reads its prompt's keys and values
+            [(layer.keys[inverse[rows]], layer.values[inverse[rows]]) for layer in layers],
+            config=model.config,
+        )
+        tail = input_ids[rows, width - 1 : width + keep]
+        labels = tail.masked_fill(attention_mask[rows, width - 1 : width + keep] == 0, -100)
+        out = model(
+            input_ids=tail,
+            attention_mask=attention_mask[rows, : width + keep],
+            past_key_values=cache,
+            labels=labels,
+            fused_lm_head=True,
+        )
+        log_probs.append(F.pad(out.log_probs, (0, logits_to_keep - keep)))
+        entropy.append(F.pad(out.entropy, (0, logits_to_keep - keep)))
+    back = order.argsort()  # to the batch's own order
+    return SharedOutput(torch.cat(log_probs)[back], torch.cat(entropy)[back])

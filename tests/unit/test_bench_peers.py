@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium
@@ -191,3 +192,14 @@ def test_peak_memory_counts_this_process() -> None:
     with PeakRss(interval_s=0.01) as peak:
         pass
     assert peak.mib > 10
+
+
+def test_peak_memory_counts_a_child_started_inside_the_block() -> None:
+    """The descendants are found anew every ``tree_every_s``: a child that holds 200 MiB
+    for a second is in the peak, and gone from the sum once it exits."""
+    hold = "b = bytearray(200 * 2**20); import time; time.sleep(1.0)"
+    with PeakRss(interval_s=0.01) as alone:
+        pass
+    with PeakRss(interval_s=0.01, tree_every_s=0.05) as peak:
+        subprocess.run([sys.executable, "-c", hold], check=True)
+    assert peak.mib > alone.mib + 190

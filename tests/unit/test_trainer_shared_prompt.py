@@ -16,7 +16,7 @@ from trl.trainer.utils import add_fused_lm_head
 
 from rollgym.trainer.shared_prompt import can_share_prompts, shared_prompt_forward
 
-PROMPT, COMPLETION, PROMPTS, SAMPLES = 24, 16, 3, 4
+PROMPT, COMPLETION, PROMPTS, SAMPLES = 24, 16, 4, 4  # 16 rows: two passes by length
 
 
 @pytest.fixture
@@ -27,19 +27,20 @@ def model(default_model_dir: Path, device: torch.device) -> Any:
     return loaded.to(device).train()
 
 
-def _batch(model: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``PROMPTS`` prompts (one left-padded) of ``SAMPLES`` rows each, completions of mixed
-    lengths right-padded, on the model's device: input ids, attention mask, completion mask."""
+def _batch(model: Any, prompts: int = PROMPTS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``prompts`` prompts (the first left-padded) of ``SAMPLES`` rows each, completions of
+    mixed lengths right-padded, on the model's device: input ids, attention mask, completion
+    mask."""
     vocab = model.config.vocab_size
-    prompts = torch.randint(3, vocab, (PROMPTS, PROMPT)).repeat_interleave(SAMPLES, 0)
-    prompt_mask = torch.ones_like(prompts)
+    prompt_ids = torch.randint(3, vocab, (prompts, PROMPT)).repeat_interleave(SAMPLES, 0)
+    prompt_mask = torch.ones_like(prompt_ids)
     prompt_mask[:SAMPLES, :5] = 0
-    prompts[:SAMPLES, :5] = 0
-    rows = PROMPTS * SAMPLES
+    prompt_ids[:SAMPLES, :5] = 0
+    rows = prompts * SAMPLES
     completions = torch.randint(3, vocab, (rows, COMPLETION))
     lengths = torch.randint(1, COMPLETION + 1, (rows,))
     completion_mask = (torch.arange(COMPLETION)[None] < lengths[:, None]).long()
-    ids = torch.cat([prompts, completions], 1)
+    ids = torch.cat([prompt_ids, completions], 1)
     mask = torch.cat([prompt_mask, completion_mask], 1)
     return ids.to(model.device), mask.to(model.device), completion_mask.to(model.device)
 
@@ -73,10 +74,24 @@ def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(
     ours = _logps_and_grads(model, shared)
     scored = completion_mask.bool()
     assert ours[0].shape == whole[0].shape == (PROMPTS * SAMPLES, COMPLETION)
+    assert (ours[0][~scored] == 0).all()  # past a row's length: 0, as the loss masks it
     torch.testing.assert_close(ours[0][scored], whole[0][scored], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(ours[1][scored], whole[1][scored], atol=1e-4, rtol=1e-4)
     for grad, expected in zip(ours[2], whole[2], strict=True):
         torch.testing.assert_close(grad, expected, atol=1e-5, rtol=1e-3)
+
+
+def test_the_completions_run_in_passes_of_rows_of_similar_length(model):
+    ids, mask, completion_mask = _batch(model, prompts=8)  # 32 rows
+    widths: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _, args, kwargs: widths.append(kwargs["input_ids"].size(1)), with_kwargs=True
+    )
+    shared_prompt_forward(model, ids, mask, COMPLETION, buckets=4)
+
+    lengths = completion_mask.sum(1).sort().values.view(4, 8)  # 4 passes of 8 rows
+    assert widths == (lengths.max(1).values + 1).tolist()  # each its longest row + 1 token
+    assert sum(widths) * 8 < 4 * 8 * (COMPLETION + 1)  # fewer tokens than one padded pass
 
 
 def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model):
@@ -86,5 +101,9 @@ def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(mo
     one_each = prompts[::SAMPLES]
     assert not can_share_prompts(model, one_each, prompt_mask[::SAMPLES])
     assert not can_share_prompts(model, prompts[:, -1:], prompt_mask[:, -1:])
+    model.config.layer_types = ["full_attention", "linear_attention"]  # a hybrid model
+    assert not can_share_prompts(model, prompts, prompt_mask)
+    model.config.layer_types = ["full_attention", "sliding_attention"]
+    assert can_share_prompts(model, prompts, prompt_mask)
     model.gradient_checkpointing_enable()
     assert not can_share_prompts(model, prompts, prompt_mask)
