@@ -43,6 +43,7 @@ class PeakRss:
     Finding them reads every process of the machine (``children(recursive=True)``): done at
     each sample, next to a sandbox pool that starts a program per tool call, it took a tenth
     of a core and the GIL from the process being measured (py-spy, bench.peers' trainer).
+    So a descendant that lives less than ``tree_every_s`` may go uncounted.
     """
 
     def __init__(self, interval_s: float = 0.2, tree_every_s: float = 2.0) -> None:

@@ -196,7 +196,7 @@ def test_peak_memory_counts_this_process() -> None:
 
 def test_peak_memory_counts_a_child_started_inside_the_block() -> None:
     """The descendants are found anew every ``tree_every_s``: a child that holds 200 MiB
-    for a second is in the peak, and gone from the sum once it exits."""
+    for a second is in the peak."""
     hold = "b = bytearray(200 * 2**20); import time; time.sleep(1.0)"
     with PeakRss(interval_s=0.01) as alone:
         pass
