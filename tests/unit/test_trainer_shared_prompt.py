@@ -14,9 +14,13 @@ import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from rollgym.trainer.shared_prompt import can_share_prompts, shared_prompt_forward
+from rollgym.trainer.shared_prompt import (
+    can_share_prompts,
+    completion_passes,
+    shared_prompt_forward,
+)
 
-PROMPT, COMPLETION, PROMPTS, SAMPLES = 24, 16, 4, 4  # 16 rows: two passes by length
+PROMPT, COMPLETION, PROMPTS, SAMPLES = 24, 16, 8, 4  # 32 rows: passes by length
 
 
 @pytest.fixture
@@ -27,16 +31,16 @@ def model(default_model_dir: Path, device: torch.device) -> Any:
     return loaded.to(device).train()
 
 
-def _batch(model: Any, prompts: int = PROMPTS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``prompts`` prompts (the first left-padded) of ``SAMPLES`` rows each, completions of
+def _batch(model: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``PROMPTS`` prompts (the first left-padded) of ``SAMPLES`` rows each, completions of
     mixed lengths right-padded, on the model's device: input ids, attention mask, completion
     mask."""
     vocab = model.config.vocab_size
-    prompt_ids = torch.randint(3, vocab, (prompts, PROMPT)).repeat_interleave(SAMPLES, 0)
+    prompt_ids = torch.randint(3, vocab, (PROMPTS, PROMPT)).repeat_interleave(SAMPLES, 0)
     prompt_mask = torch.ones_like(prompt_ids)
     prompt_mask[:SAMPLES, :5] = 0
     prompt_ids[:SAMPLES, :5] = 0
-    rows = prompts * SAMPLES
+    rows = PROMPTS * SAMPLES
     completions = torch.randint(3, vocab, (rows, COMPLETION))
     lengths = torch.randint(1, COMPLETION + 1, (rows,))
     completion_mask = (torch.arange(COMPLETION)[None] < lengths[:, None]).long()
@@ -72,6 +76,7 @@ def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(
         return out.log_probs, out.entropy
 
     ours = _logps_and_grads(model, shared)
+    assert len(completion_passes(completion_mask.sum(1))) > 1
     scored = completion_mask.bool()
     assert ours[0].shape == whole[0].shape == (PROMPTS * SAMPLES, COMPLETION)
     assert (ours[0][~scored] == 0).all()  # past a row's length: 0, as the loss masks it
@@ -82,16 +87,19 @@ def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(
 
 
 def test_the_completions_run_in_passes_of_rows_of_similar_length(model):
-    ids, mask, completion_mask = _batch(model, prompts=8)  # 32 rows
+    ids, mask, completion_mask = _batch(model)
     widths: list[int] = []
     model.register_forward_pre_hook(
         lambda _, args, kwargs: widths.append(kwargs["input_ids"].size(1)), with_kwargs=True
     )
     shared_prompt_forward(model, ids, mask, COMPLETION, buckets=4)
 
-    lengths = completion_mask.sum(1).sort().values.view(4, 8)  # 4 passes of 8 rows
-    assert widths == (lengths.max(1).values + 1).tolist()  # each its longest row + 1 token
-    assert sum(widths) * 8 < 4 * 8 * (COMPLETION + 1)  # fewer tokens than one padded pass
+    lengths = completion_mask.sum(1)
+    passes = completion_passes(lengths, 4)
+    assert len(passes) > 1 and sorted(torch.cat(passes).tolist()) == list(range(32))
+    assert widths == [int(lengths[rows].max()) + 1 for rows in passes]  # longest row + 1
+    computed = sum(len(rows) * width for rows, width in zip(passes, widths, strict=True))
+    assert computed < 32 * (COMPLETION + 1)  # fewer tokens than one padded pass
 
 
 def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model):
