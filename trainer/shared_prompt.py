@@ -15,6 +15,12 @@ on whole rows (its patched forward passes the cache on to the model). The comple
 in a few passes of rows of similar length (a whole batch padded to its longest completion
 computes every padded token: in ``bench.peers`` the mean completion is 60-72 tokens, the
 longest 75-91).
+
+On a GPU a pass has a fixed cost (its kernel launches) worth thousands of tokens, so there
+the completions run in one pass, and only a batch that skips ``GPU_MIN_SKIPPED_TOKENS``
+prompt tokens or more is shared (``python -m bench.shared_prompt --device cuda`` on an
+H200, SmolLM2-135M: whole rows won where 1,380 or 6,440 prompt tokens were skipped, sharing
+won 2.5x and 4.4x where 28,672 and 46,080 were; passes by length lost in every batch).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from transformers import DynamicCache
 LENGTH_BUCKETS = 4  # completion passes per forward at most, rows grouped by length...
 ROWS_PER_PASS = 8  # ...of this many rows at least (fewer: small matrices, slower on a CPU)
 PASS_TOKENS = 64  # what one more pass costs, in tokens (the default model: ~11 ms, 2 cores)
+GPU_MIN_SKIPPED_TOKENS = 8192  # on a GPU, share only a batch that skips this many (see above)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +65,35 @@ def distinct_prompts(
 
 
 def can_share_prompts(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> bool:
-    """Whether a shared-prompt forward saves anything and the model supports it: a prompt
-    of two tokens or more that some rows share, no gradient checkpointing (which drops the
-    KV cache while training), attention layers only (a linear-attention layer's cache holds
-    a state, not keys and values)."""
+    """Whether a shared-prompt forward pays and the model supports it: a prompt of two
+    tokens or more that some rows share, enough of them skipped on the batch's device
+    (``skips_enough``), no gradient checkpointing (which drops the KV cache while
+    training), attention layers only (a linear-attention layer's cache holds a state, not
+    keys and values)."""
     if prompt_ids.size(1) < 2 or getattr(model, "is_gradient_checkpointing", False):
         return False
     layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
     if not set(layer_types) <= {"full_attention", "sliding_attention"}:
         return False
-    return distinct_prompts(prompt_ids, prompt_mask)[0].size(0) < prompt_ids.size(0)
+    distinct = distinct_prompts(prompt_ids, prompt_mask)[0].size(0)
+    return skips_enough(prompt_ids.device, (prompt_ids.size(0) - distinct) * prompt_ids.size(1))
+
+
+def skips_enough(device: torch.device, skipped_tokens: int) -> bool:
+    """Whether skipping ``skipped_tokens`` prompt tokens pays for the shared forward's extra
+    pass on ``device``: any on a CPU, ``GPU_MIN_SKIPPED_TOKENS`` elsewhere.
+
+    >>> skips_enough(torch.device("cpu"), 24), skips_enough(torch.device("cuda"), 6440)
+    (True, False)
+    """
+    floor = 1 if device.type == "cpu" else GPU_MIN_SKIPPED_TOKENS
+    return skipped_tokens >= floor
+
+
+def passes_on(device: torch.device) -> int:
+    """The most completion passes a forward on ``device`` runs: ``LENGTH_BUCKETS`` on a
+    CPU, one on a GPU (see the module docstring)."""
+    return LENGTH_BUCKETS if device.type == "cpu" else 1
 
 
 def completion_passes(lengths: torch.Tensor, most: int = LENGTH_BUCKETS) -> list[torch.Tensor]:
@@ -97,18 +123,18 @@ def shared_prompt_forward(
     attention_mask: torch.Tensor,
     logits_to_keep: int,
     *,
-    buckets: int = LENGTH_BUCKETS,
+    buckets: int | None = None,
 ) -> SharedOutput:
     """TRL's fused-head outputs (``log_probs``, ``entropy``: ``(B, logits_to_keep)``) for rows of
     ``prompt + completion`` whose last ``logits_to_keep`` tokens are the completion
     (right-padded), with each distinct prompt computed once. ``model`` carries TRL's
     ``add_fused_lm_head``.
 
-    The completions run in up to ``buckets`` passes of rows of similar length
-    (``completion_passes``), each as long as its longest row: a padded token costs what a
-    sampled one does, and one pass over the whole batch would run every row to the longest
-    completion. Outputs past a row's length are 0 (the loss masks them, as it does the
-    whole-row forward's).
+    The completions run in up to ``buckets`` passes (default: ``passes_on`` the batch's
+    device) of rows of similar length (``completion_passes``), each as long as its longest
+    row: a padded token costs what a sampled one does, and one pass over the whole batch
+    would run every row to the longest completion. Outputs past a row's length are 0 (the
+    loss masks them, as it does the whole-row forward's).
     """
     width = input_ids.size(1) - logits_to_keep
     prompts, masks, inverse = distinct_prompts(input_ids[:, :width], attention_mask[:, :width])
@@ -121,7 +147,7 @@ def shared_prompt_forward(
     )
     layers: list[Any] = list(prompt_cache.layers)
     lengths = attention_mask[:, width:].sum(dim=1)
-    passes = completion_passes(lengths, buckets)
+    passes = completion_passes(lengths, buckets or passes_on(input_ids.device))
     log_probs, entropy = [], []
     for rows in passes:
         keep = max(int(lengths[rows].max()), 1)

@@ -20,7 +20,7 @@ from trainer_fakes import FakeServer, random_group
 from trl import GRPOTrainer
 
 from rollgym.contract.wire import TrajectoryGroup
-from rollgym.trainer import grpo
+from rollgym.trainer import grpo, shared_prompt
 from rollgym.trainer.checkpoint import latest_checkpoint
 from rollgym.trainer.loop import TrainResult, train
 from rollgym.trainer.rewards import trajectory_return
@@ -107,6 +107,7 @@ def _trl_own_way(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_losss_own_logprobs_train_as_trls_extra_forward_pass_did(
     tmp_path, default_model_dir, monkeypatch, mode
 ) -> None:
+    monkeypatch.setattr(shared_prompt, "GPU_MIN_SKIPPED_TOKENS", 1)  # shared on a GPU too
     ours = _run(tmp_path / "ours", default_model_dir, mode, monkeypatch)
     with monkeypatch.context() as patch:
         _trl_own_way(patch)

@@ -24,7 +24,7 @@ from trainer_fakes import (
 from transformers import AutoModelForCausalLM
 
 from rollgym.contract.wire import TrajectoryGroup
-from rollgym.trainer import grpo
+from rollgym.trainer import grpo, shared_prompt
 from rollgym.trainer.checkpoint import latest_checkpoint, read_state
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import ServerReplyError
@@ -149,6 +149,7 @@ def test_bf16_mixed_precision_trains_under_autocast_and_pushes_float32_weights(
         return forward(model, input_ids, *args, **kwargs)
 
     monkeypatch.setattr(grpo, "shared_prompt_forward", recorded)
+    monkeypatch.setattr(shared_prompt, "GPU_MIN_SKIPPED_TOKENS", 1)  # shared on a GPU too
     fake = FakeServer()
     config = _config(tmp_path, total_steps=2, mixed_precision="bf16", gradient_checkpointing=False)
     result = train(config, fake.client(), default_model_dir, printer=None)

@@ -14,9 +14,12 @@ import torch
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
+from rollgym.trainer import shared_prompt
 from rollgym.trainer.shared_prompt import (
+    LENGTH_BUCKETS,
     can_share_prompts,
     completion_passes,
+    passes_on,
     shared_prompt_forward,
 )
 
@@ -72,7 +75,7 @@ def test_each_prompt_once_gives_the_whole_rows_logprobs_entropies_and_gradients(
     whole = _logps_and_grads(model, lambda: _whole_rows(model, ids, mask))
 
     def shared() -> tuple[torch.Tensor, torch.Tensor]:
-        out = shared_prompt_forward(model, ids, mask, COMPLETION)
+        out = shared_prompt_forward(model, ids, mask, COMPLETION, buckets=LENGTH_BUCKETS)
         return out.log_probs, out.entropy
 
     ours = _logps_and_grads(model, shared)
@@ -102,7 +105,8 @@ def test_the_completions_run_in_passes_of_rows_of_similar_length(model):
     assert computed < 32 * (COMPLETION + 1)  # fewer tokens than one padded pass
 
 
-def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model):
+def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model, monkeypatch):
+    monkeypatch.setattr(shared_prompt, "GPU_MIN_SKIPPED_TOKENS", 1)  # the GPU's floor: below
     ids, mask, _ = _batch(model)
     prompts, prompt_mask = ids[:, :-COMPLETION], mask[:, :-COMPLETION]
     assert can_share_prompts(model, prompts, prompt_mask)
@@ -115,3 +119,19 @@ def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(mo
     assert can_share_prompts(model, prompts, prompt_mask)
     model.gradient_checkpointing_enable()
     assert not can_share_prompts(model, prompts, prompt_mask)
+
+
+def test_on_a_gpu_only_a_batch_that_skips_enough_shares_and_in_one_pass(model):
+    ids, mask, completion_mask = _batch(model)
+    prompts, prompt_mask = ids[:, :-COMPLETION], mask[:, :-COMPLETION]
+    skipped = (PROMPTS * SAMPLES - PROMPTS) * PROMPT  # 576 prompt tokens not computed again
+    on_cpu = model.device.type == "cpu"
+    assert skipped < shared_prompt.GPU_MIN_SKIPPED_TOKENS
+    assert can_share_prompts(model, prompts, prompt_mask) == on_cpu
+    wide = prompts.repeat(1, shared_prompt.GPU_MIN_SKIPPED_TOKENS // skipped + 1)
+    assert can_share_prompts(model, wide, prompt_mask.repeat(1, wide.size(1) // PROMPT))
+    assert passes_on(model.device) == (LENGTH_BUCKETS if on_cpu else 1)
+    passes: list[int] = []  # the completion passes (the prompt's runs the base model)
+    model.register_forward_pre_hook(lambda *_: passes.append(1))
+    shared_prompt_forward(model, ids, mask, COMPLETION)
+    assert len(passes) == (len(completion_passes(completion_mask.sum(1))) if on_cpu else 1)
