@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.trainer [--steps 30] [--env-latency 1.0] [--eval-episodes 200]
                                       [--latency constant|lognormal] [--stalenesses 1,2]
+                                      [--max-step-kl 0.02]
 
 The workload is GuessNumber whose every step also waits, the way a sandboxed environment
 waits on its container (registered below as ``bench.trainer:SlowGuessNumber-v0``, which
@@ -18,6 +19,12 @@ each against a fresh server:
 * ``async-k``  ``max_staleness=k`` for each k of ``--stalenesses``: the server samples
                ahead while the trainer trains, within the window, and the groups that finish
                first are trained first, so the tail is hidden behind later groups.
+
+Every mode trains with the built-in run's trust region (``--max-step-kl`` 0.02,
+``trainer.trust_region``; 0 turns it off): without it, the staleness-4 run of 2026-12-04's
+second run collapsed at its 21st step (the trainer's policy moved from the samples' by a KL
+of 0.76-1.46 for three steps, then answered nothing), and its updates per minute measured
+the collapse, not the mode (docs/benchmarks.md).
 
 The table gives policy updates per minute and the ratio to ``sync`` (targets: >= 1.8x with
 a constant latency; >= 2.8x at the best staleness with the long tail), the held-out success
@@ -113,6 +120,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
         max_staleness=staleness,
         total_steps=args.steps,
         learning_rate=args.lr,
+        max_step_kl=args.max_step_kl or None,
     )
     run = RunConfig(run_dir=root, task=task, trainer=trainer_config, eval_episodes=0)
     with served(warm_dir, root / "server") as client:
@@ -148,7 +156,10 @@ def _print_table(rows: list[dict], args: argparse.Namespace) -> None:
     wait = f"{args.env_latency:.2f}s per env step"
     if args.latency == "lognormal":
         wait = f"lognormal env steps (mean {args.env_latency:.2f}s, p99 10x the median)"
-    print(f"\nGRPO on GuessNumber with {wait}, {args.steps} steps per mode, batch 4 groups x 8")
+    trust = f", trust region {args.max_step_kl:g}" if args.max_step_kl else ", no trust region"
+    print(
+        f"\nGRPO on GuessNumber with {wait}, {args.steps} steps per mode, batch 4 groups x 8{trust}"
+    )
     print(
         f"{'mode':<9}{'updates/min':>12}{'vs sync':>9}{'wall s':>8}{'lag':>6}{'dropped':>9}"
         f"  held-out success (95% CI)"
@@ -196,6 +207,9 @@ def main() -> None:
     # near 0.1 for several steps), in any mode, and the final policy then measures the
     # collapse, not the mode. See docs/training.md, "Measured".
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--max-step-kl", type=float, default=0.02, help="the trust region (built-in run's); 0: off"
+    )
     parser.add_argument("--out", type=Path, default=Path(".data/bench-trainer"))
     args = parser.parse_args()
     args.out = args.out.resolve()
