@@ -19,8 +19,9 @@ longest 75-91).
 On a GPU a pass has a fixed cost (its kernel launches) worth thousands of tokens, so there
 the completions run in one pass, and only a batch that skips ``GPU_MIN_SKIPPED_TOKENS``
 prompt tokens or more is shared (``python -m bench.shared_prompt --device cuda`` on an
-H200, SmolLM2-135M: whole rows won where 1,380 or 6,440 prompt tokens were skipped, sharing
-won 2.5x and 4.4x where 28,672 and 46,080 were; passes by length lost in every batch).
+H200: whole rows won where SmolLM2-135M skipped 1,380 prompt tokens and the tiny default
+model 6,440; sharing in one pass won 13% where SmolLM2 skipped 6,440, 2.5x and 4.4x where it
+skipped 28,672 and 46,080; passes by length lost to one pass in every batch).
 """
 
 from __future__ import annotations
