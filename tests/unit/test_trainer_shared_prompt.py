@@ -106,7 +106,7 @@ def test_the_completions_run_in_passes_of_rows_of_similar_length(model):
 
 
 def test_it_runs_only_where_rows_share_a_prompt_and_the_model_keeps_its_cache(model, monkeypatch):
-    monkeypatch.setattr(shared_prompt, "GPU_MIN_SKIPPED_TOKENS", 1)  # the GPU's floor: below
+    monkeypatch.setattr(shared_prompt, "GPU_MIN_SKIPPED_TOKENS", 1)  # the floor: next test
     ids, mask, _ = _batch(model)
     prompts, prompt_mask = ids[:, :-COMPLETION], mask[:, :-COMPLETION]
     assert can_share_prompts(model, prompts, prompt_mask)
