@@ -122,27 +122,35 @@ async def test_the_replayed_drafts_are_what_the_speculative_engine_drafts(gated)
 async def test_requests_running_at_a_switch_complete_at_the_same_version(
     gated, monkeypatch, swap_timeout_s
 ) -> None:
-    """Long requests outlive the new engine's start; the old engine finishes them, or past
-    the deadline aborts them and the new engine runs them again."""
+    """Requests the old engine holds when the new one takes over: the old engine finishes
+    them, or past the deadline aborts them and the new engine runs them again.
+
+    The precondition is built, not hoped for: the old engine's scheduler is paused
+    (vLLM's ``keep`` mode) before the requests are submitted, so none can finish before the
+    switch, however fast the machine; it resumes when the switch retires it."""
     monkeypatch.setattr(
         gated, "config", gated.config.model_copy(update={"swap_timeout_s": swap_timeout_s})
     )
-    running_at_flip: list[int] = []
+    held_at_flip: list[int] = []
     retire = gated._retire
 
-    async def spied(old):
-        running_at_flip.append(old.output_processor.get_num_unfinished_requests())
+    async def resumed_then_retired(old):
+        held_at_flip.append(old.output_processor.get_num_unfinished_requests())
+        await old.resume_generation()
         await retire(old)
 
-    monkeypatch.setattr(gated, "_retire", spied)
-    version = gated.policy_version
+    monkeypatch.setattr(gated, "_retire", resumed_then_retired)
+    version, swaps = gated.policy_version, gated._swaps
     long = SamplingSettings(temperature=1.0, max_tokens=400)
+    await gated.llm.pause_generation(mode="keep", clear_cache=False)
     requests = [asyncio.create_task(gated.generate(REPEATING, long)) for _ in range(48)]
-    await asyncio.sleep(0.2)  # submitted to the plain engine
-    await gated.set_drafting(True)  # starts a speculative engine while they run
+    await asyncio.sleep(0.2)  # submitted to the paused plain engine
+    await gated.set_drafting(True)  # starts a speculative engine while they are held
     later = await gated.generate(REPEATING, GREEDY)
     done = await asyncio.gather(*requests)
-    assert running_at_flip[0] > 0, "every request ended before the switch: proves nothing"
+    assert held_at_flip == [48], "the old engine did not hold every request at the switch"
+    rerun = gated._swaps - swaps  # 1 when the deadline aborted the held requests
+    assert rerun == (0 if swap_timeout_s == 60.0 else 1)
     ends = {(g.finish_reason, len(g.token_ids) if g.finish_reason == "length" else 0) for g in done}
     assert ends <= {("stop", 0), ("length", 400)}  # none aborted, none cut short
     assert {g.policy_version for g in [*done, later]} == {version}
