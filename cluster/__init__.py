@@ -19,3 +19,6 @@ A package above ``rollgym.server`` (the server knows nothing of the cluster)::
 
 See ``docs/cluster.md``.
 """
+
+if __name__ != "rollgym.cluster":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.cluster, not {__name__}: one module, one name")

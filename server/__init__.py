@@ -18,3 +18,6 @@ Importing this package is cheap; the engine (and vLLM) load only when an app is 
     routes/           agents (health, metrics, sessions), openai, admin (token)
     serve.py          ``rollgym serve``
 """
+
+if __name__ != "rollgym.server":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.server, not {__name__}: one module, one name")
