@@ -1,13 +1,12 @@
-"""The rollout server: vLLM behind FastAPI, weight updates, rollouts, the trajectory buffer.
+"""The rollout server: the HTTP application on the engine floor (``rollgym.engine``): rollouts,
+sessions, the trajectory buffer, weight updates over HTTP, metrics.
 
 Importing this package is cheap; the engine (and vLLM) load only when an app is created.
 ``rollgym.contract.wire`` holds the HTTP schema that clients such as the trainer depend on.
 
     app.py            create_app(settings): routers, lifespan, services on app.state
     config.py         ServerSettings (ROLLGYM_* variables) and one config per component
-    policy.py         the PolicyEngine seam: token ids in, ids + logprobs + version out
-    engine/           VLLMEngine (AsyncLLM in-process), FakeEngine, ObservedEngine
-    weights/          safetensors checks against the served model; WeightUpdater
+    observability/    ObservedEngine: every generation handed to metrics, dashboard, cost
     chat.py           messages to tokens once (template diffing); transcript.py: the
                       per-turn prefix check
     rollout/          admission (staleness window), seed order, group filter, one

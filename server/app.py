@@ -1,7 +1,7 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan runs it.
 
 Start-up, in order: the engine (vLLM, or an injected one) and the last applied weights at
-their version (``weights.updater.restore_policy``), the tokenizer, the buffer (SQLite),
+their version (``rollgym.engine.weights.updater.restore_policy``), the tokenizer, the buffer (SQLite),
 the sandbox pool (if configured), the rollout runner (resuming a persisted job) and the
 session manager with its idle sweeper; all of it lives in one ``Services`` on
 ``app.state.services``. Shutdown runs the other way round: the runner stops (running
@@ -29,23 +29,28 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rollgym.contract.wire import ErrorCode
+from rollgym.engine.base import ServingEngine, StagedWeights
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.errors import EngineError
+from rollgym.engine.precision import admitted_verdict, serving_precision
+from rollgym.engine.weights.safetensors_check import checkpoint_files
+from rollgym.engine.weights.store import PolicyStore
+from rollgym.engine.weights.updater import WeightUpdater, restore_policy
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.agent_keys import AgentKeys, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
-from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
+from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.cost import CostCollector, CostMeter, live_board
 from rollgym.server.dashboard import router as dashboard
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
 from rollgym.server.dashboard.taps import ObservedBuffer
-from rollgym.server.engine.base import ServingEngine
-from rollgym.server.engine.observed import ObservedEngine
-from rollgym.server.errors import ServerError
+from rollgym.server.errors import ServerError, status_of
 from rollgym.server.guards import BodyLimit, LastResort, error_bytes, watch_loop
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.precision import admitted_verdict, serving_precision
+from rollgym.server.observability.observed import ObservedEngine
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
@@ -54,10 +59,6 @@ from rollgym.server.routes import admin, agents, archive, openai
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions import SessionManager
 from rollgym.server.timing import ServerTiming
-from rollgym.server.weights.base import StagedWeights
-from rollgym.server.weights.safetensors_check import checkpoint_files
-from rollgym.server.weights.store import PolicyStore
-from rollgym.server.weights.updater import WeightUpdater, restore_policy
 
 UPLOAD_ROUTE = "/admin/weights"  # streamed to disk under its own cap, max_weight_bytes
 
@@ -194,7 +195,7 @@ async def _weight_updater(
         settings.staging_dir,
         store,
         max_bytes=settings.max_weight_bytes,
-        metrics=metrics,
+        metrics=metrics.engine_sink,
         checks=settings.weights,
         aliases=aliases,
         served=served or base,
@@ -227,7 +228,7 @@ def _cost_meter(settings: ServerSettings, engine: ServingEngine) -> CostMeter:
 
 
 def _vllm_engine(config: EngineConfig) -> ServingEngine:
-    from rollgym.server.engine.vllm_engine import VLLMEngine
+    from rollgym.engine.vllm.engine import VLLMEngine
 
     return VLLMEngine(config)
 
@@ -271,14 +272,17 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 def _install_error_handlers(app: FastAPI) -> None:
     """One error body everywhere: ``rollgym.contract.wire.ErrorBody``."""
     app.add_exception_handler(ServerError, _server_error)  # type: ignore[arg-type]
+    app.add_exception_handler(EngineError, _server_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
 
 
-async def _server_error(request: Request, exc: ServerError) -> Response:
-    if exc.status >= 500:
+async def _server_error(request: Request, exc: ServerError | EngineError) -> Response:
+    status, code = status_of(exc)
+    if status >= 500:
         logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
-    return _error(exc.status, exc.code, str(exc), exc.headers())
+    headers = exc.headers() if isinstance(exc, ServerError) else None
+    return _error(status, code, str(exc), headers)
 
 
 async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:

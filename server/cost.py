@@ -53,10 +53,10 @@ from prometheus_client.registry import Collector
 
 from rollgym.contract.cost import CostBoard, Saving, SpeculationView
 from rollgym.contract.wire import Trajectory, TrajectoryGroup
+from rollgym.engine.base import Generation
+from rollgym.engine.vllm.speculation import EngineMeter, SpeculationController
 from rollgym.server.config import CostConfig
 from rollgym.server.dashboard.recorder import DashboardRecorder
-from rollgym.server.engine.speculation import EngineMeter, SpeculationController
-from rollgym.server.policy import Generation
 
 Clock = Callable[[], float]
 

@@ -8,7 +8,7 @@ rollgym_generation_queue_seconds            histogram  wait before the engine to
 rollgym_env_step_seconds                    histogram  one env step, sandbox included
 rollgym_sandbox_seconds                     histogram  the sandbox part of one env step
 rollgym_buffer_wait_seconds                 histogram  a group's time in the buffer until pulled
-rollgym_weight_sync_seconds{phase}          histogram  load (read + check), apply (engine paused)
+rollgym_weight_sync_seconds{phase}          (see engine.metrics) load, apply
 rollgym_inflight_episodes                   gauge      episodes being rolled out
 rollgym_buffer_groups{state}                gauge      groups ready / leased in the buffer
 rollgym_policy_version                      gauge      the served policy's version
@@ -21,7 +21,7 @@ rollgym_prompt_tokens_total                 counter    prompt tokens sent to the
 rollgym_cached_prompt_tokens_total          counter    ... of which served by the prefix cache
 rollgym_prefix_cache_hit_rate               gauge      cached / prompt tokens since start
 rollgym_generated_tokens_total              counter    sampled tokens
-rollgym_weight_updates_total{outcome}       counter    applied, rejected, failed
+rollgym_weight_updates_total{outcome}       (see engine.metrics) applied, rejected, failed
 rollgym_sessions_active                     gauge      open external-agent sessions
 rollgym_session_groups_total{outcome}       counter    settled session groups: kept, set_aside
 rollgym_agent_quota_refusals_total{agent,quota}  counter  agent calls refused over a quota
@@ -39,8 +39,9 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from rollgym.engine import metrics as engine
+from rollgym.engine.base import Generation
 from rollgym.sandboxes import metrics as sbx
-from rollgym.server.policy import Generation
 
 # Sub-millisecond buckets too: an in-process env step takes tens of microseconds.
 _FAST = (
@@ -52,18 +53,23 @@ _LAG = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class SandboxSink:
-    """``sandboxes.metrics.MetricsSink`` onto Prometheus: every metric the sandboxes declare
-    (``sbx.TIMINGS``, ``sbx.COUNTS``) is registered; anything else is ignored."""
+class PrometheusSink:
+    """A metrics sink (``sandboxes.metrics.MetricsSink``, ``engine.metrics.MetricsSink``: one
+    shape) onto Prometheus: every metric a package declares in its ``timings`` and
+    ``counts`` is registered; anything else is ignored."""
 
-    def __init__(self, registry: CollectorRegistry):
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        timings: dict[str, tuple[str, ...]],
+        counts: dict[str, tuple[str, ...]],
+    ):
         self._histograms = {
             name: Histogram(name, name, labels, registry=registry, buckets=_FAST)
-            for name, labels in sbx.TIMINGS.items()
+            for name, labels in timings.items()
         }
         self._counters = {
-            name: Counter(name, name, labels, registry=registry)
-            for name, labels in sbx.COUNTS.items()
+            name: Counter(name, name, labels, registry=registry) for name, labels in counts.items()
         }
 
     def observe(self, name: str, seconds: float, labels: sbx.Labels = sbx.NO_LABELS) -> None:
@@ -99,9 +105,6 @@ class ServerMetrics:
         self.buffer_wait = Histogram(
             "rollgym_buffer_wait_seconds", "put to pull", registry=r, buckets=_SLOW
         )
-        self.weight_sync = Histogram(
-            "rollgym_weight_sync_seconds", "weight update", ["phase"], registry=r, buckets=_FAST
-        )
         self.inflight = Gauge("rollgym_inflight_episodes", "episodes running", registry=r)
         self.buffer_groups = Gauge("rollgym_buffer_groups", "buffered", ["state"], registry=r)
         self.policy_version = Gauge("rollgym_policy_version", "served version", registry=r)
@@ -122,9 +125,6 @@ class ServerMetrics:
             "rollgym_prefix_cache_hit_rate", "cached / prompt tokens", registry=r
         )
         self.generated_tokens = Counter("rollgym_generated_tokens", "sampled tokens", registry=r)
-        self.weight_updates = Counter(
-            "rollgym_weight_updates", "weight updates", ["outcome"], registry=r
-        )
         self.sessions = Gauge("rollgym_sessions_active", "open sessions", registry=r)
         self.session_groups = Counter(
             "rollgym_session_groups", "settled session groups", ["outcome"], registry=r
@@ -142,7 +142,8 @@ class ServerMetrics:
             "rollgym_event_loop_busy_max_seconds", "most loop CPU per sleep, last 10 s", registry=r
         )
         self.pool_boxes = Gauge("sandbox_pool_boxes", "boxes by state", ["state"], registry=r)
-        self.sandbox_sink = SandboxSink(r)
+        self.sandbox_sink = PrometheusSink(r, sbx.TIMINGS, sbx.COUNTS)
+        self.engine_sink = PrometheusSink(r, engine.TIMINGS, engine.COUNTS)
         self._prompt_total = 0
         self._cached_total = 0
 

@@ -42,9 +42,9 @@ from typing import Any, Literal
 import gymnasium
 
 from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
+from rollgym.engine.base import Generation
 from rollgym.envs import aio
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import Generation
 from rollgym.server.transcript import Transcript
 
 

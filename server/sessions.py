@@ -64,6 +64,7 @@ from rollgym.contract.wire import (
     SessionCreated,
     SessionStepResult,
 )
+from rollgym.engine.base import Generation, PolicyEngine
 from rollgym.envs import aio
 from rollgym.server.agent_keys import SessionLease
 from rollgym.server.buffer import TrajectoryBuffer
@@ -82,7 +83,6 @@ from rollgym.server.errors import (
     WindowFull,
 )
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import EnvFactory, amake, holds_sandbox

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 
 class SpeculationView(BaseModel):
-    """The speculative-decoding gate (``rollgym.server.engine.speculation``)."""
+    """The speculative-decoding gate (``rollgym.engine.vllm.speculation``)."""
 
     enabled: bool = False
     state: Literal["on", "off"] | None = None

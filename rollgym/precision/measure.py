@@ -46,9 +46,9 @@ async def play(
     model_dir: Path, precision: str, task: HeldOutTask, *, max_model_len: int = 1024
 ) -> tuple[list[Trajectory], float]:
     """One episode per seed at ``precision``; returns them and the engine's tokens/s."""
+    from rollgym.engine.config import EngineConfig
+    from rollgym.engine.vllm.engine import VLLMEngine
     from rollgym.server.chat import ChatCodec
-    from rollgym.server.config import EngineConfig
-    from rollgym.server.engine.vllm_engine import VLLMEngine
     from rollgym.server.rollout.environments import RegistryEnvs
     from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 

@@ -3,7 +3,7 @@
 Events come in from three places, each stamped on the wall clock (``time.time``):
 
 * **sampling**: every generation the engine finishes, ``[end - model_s, end)`` (queue
-  excluded), from ``server.engine.observed.ObservedEngine``;
+  excluded), from ``server.observability.observed.ObservedEngine``;
 * **environment** and the **reward curve**: every trajectory the buffer stores (groups,
   sessions, invalid episodes), its env steps placed by walking back from the episode's end
   (``created_at``) through its turns (``trainer.stages`` does the same on the trainer's
@@ -38,10 +38,10 @@ from rollgym.contract.dashboard import (
 )
 from rollgym.contract.staleness import oldest_fresh_version, staleness
 from rollgym.contract.wire import Trajectory, TrajectoryGroup
+from rollgym.engine.base import Generation
 from rollgym.server.config import DashboardConfig
 from rollgym.server.dashboard.intervals import IntervalSet
 from rollgym.server.dashboard.quantiles import Buckets, difference, quantile, total
-from rollgym.server.policy import Generation
 
 MODEL, ENVIRONMENT = "model", "environment"
 

@@ -1,6 +1,6 @@
 """Where the dashboard listens to the buffer (every store and pull): a ``TrajectoryBuffer``
 that adds nothing but calls to the recorder. Generations reach the recorder through
-``server.engine.observed.ObservedEngine``.
+``server.observability.observed.ObservedEngine``.
 
     buffer = ObservedBuffer(path, config, recorder=recorder)
 """

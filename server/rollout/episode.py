@@ -23,11 +23,12 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rollgym.contract.wire import SamplingSettings, Trajectory
+from rollgym.engine.base import PolicyEngine
+from rollgym.engine.errors import EngineFailure
 from rollgym.envs import aio
 from rollgym.server.chat import ChatCodec, ChatInputError
-from rollgym.server.errors import Conflict, EngineFailure
+from rollgym.server.errors import Conflict
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import PolicyEngine
 from rollgym.server.recording import EpisodeKey, EpisodeRecorder, step_env
 from rollgym.server.rollout.budget import ContextBudget
 from rollgym.server.rollout.environments import EnvFactory, amake

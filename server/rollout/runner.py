@@ -28,9 +28,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rollgym.contract.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
+from rollgym.engine.durable import write_atomic
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.config import RunnerConfig
-from rollgym.server.durable import write_atomic
 from rollgym.server.errors import BadRequest, ServerError
 from rollgym.server.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow

@@ -23,11 +23,11 @@ from rollgym.contract.wire import (
     WeightsFromPath,
     WeightUpdateResult,
 )
+from rollgym.engine.base import NcclWeights
 from rollgym.server.env_access import check_request
 from rollgym.server.errors import BadRequest
 from rollgym.server.rollout.evaluation import evaluate
 from rollgym.server.routes.deps import ServicesDep, require_admin
-from rollgym.server.weights.base import NcclWeights
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 

@@ -13,6 +13,8 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from rollgym.engine.base import PolicyEngine, ServingEngine
+from rollgym.engine.weights.updater import WeightUpdater
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.server.agent_keys import Agent, AgentKeys, QuotaLedger
 from rollgym.server.buffer import TrajectoryBuffer
@@ -20,14 +22,11 @@ from rollgym.server.chat import ChatCodec
 from rollgym.server.config import ServerSettings
 from rollgym.server.cost import CostMeter
 from rollgym.server.dashboard.recorder import DashboardRecorder
-from rollgym.server.engine.base import ServingEngine
 from rollgym.server.errors import Forbidden, Unauthorized
 from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import PolicyEngine
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
 from rollgym.server.sessions import SessionManager
-from rollgym.server.weights.updater import WeightUpdater
 
 
 @dataclasses.dataclass

@@ -29,10 +29,10 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
 from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.base import Generation, PolicyEngine
 from rollgym.server.chat import ChatCodec, ChatInputError
 from rollgym.server.errors import BadRequest
 from rollgym.server.offload import by_size
-from rollgym.server.policy import Generation, PolicyEngine
 from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_schema import (
     ChatChoice,

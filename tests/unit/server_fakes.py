@@ -35,12 +35,12 @@ import torch
 from fastapi import FastAPI
 from safetensors.torch import save
 
+from rollgym.engine.fake import FakeEngine
 from rollgym.envs.spaces import ChatText, Messages
 from rollgym.server.agent_keys import Agent, AgentKeysConfig, AgentQuota, QuotaLedger, SessionLease
 from rollgym.server.buffer import TrajectoryBuffer
 from rollgym.server.chat import ChatCodec
 from rollgym.server.config import ServerSettings, SessionConfig
-from rollgym.server.engine.fake import FakeEngine
 from rollgym.server.env_access import EnvAccessConfig
 from rollgym.server.errors import NotFound
 from rollgym.server.metrics import ServerMetrics

@@ -7,7 +7,8 @@ top (a package may import its own layer and the layers below it)::
     rollgym.contract                 wire and dashboard schemas, staleness rule, paths
     rollgym.sandboxes                Docker boxes
     rollgym.envs                     Gymnasium environments
-    rollgym.server                   the rollout server
+    rollgym.engine                   the engine floor: vLLM, weight updates (no HTTP)
+    rollgym.server                   the rollout server: the HTTP application on the engine
     rollgym.trainer                  the trainer library: contract only (it talks HTTP)
     rollgym.cluster                  servers on Ray behind a router: above the server
     rollgym.run, rollgym.cli, ...    the applications on top
@@ -39,9 +40,10 @@ ALLOWED: dict[str, set[str]] = {
     "contract": set(),
     "sandboxes": {"contract"},
     "envs": {"contract", "sandboxes"},
-    "server": {"contract", "sandboxes", "envs"},
+    "engine": {"contract"},
+    "server": {"contract", "sandboxes", "envs", "engine"},
     "trainer": {"contract"},
-    "cluster": {"contract", "sandboxes", "envs", "server"},
+    "cluster": {"contract", "sandboxes", "envs", "engine", "server"},
 }
 # The in-box executor (sandboxes/agent) also runs in the box as its own package, stdlib only.
 EXECUTOR = FOLDERS["rollgym.sandboxes"] / "agent"

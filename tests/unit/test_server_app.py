@@ -22,10 +22,10 @@ from rollgym.contract.wire import (
     SessionStepResult,
     WeightUpdateResult,
 )
+from rollgym.engine.fake import fake_logprob
 from rollgym.sandboxes import metrics as sbx
 from rollgym.server.app import create_app
 from rollgym.server.config import SessionConfig
-from rollgym.server.engine.fake import fake_logprob
 from rollgym.server.env_access import EnvAccessConfig
 from rollgym.server.sessions import INLINE_CHARS, SessionManager
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rollgym.server.durable import fsync_path, write_atomic
-from rollgym.server.errors import ServerError
+from rollgym.engine.durable import fsync_path, write_atomic
+from rollgym.engine.errors import EngineError
 
 STATE_FILE = "state.json"
 SPARE_FILE = "spare.safetensors"
@@ -130,7 +130,7 @@ class PolicyStore:
         except FileNotFoundError:
             return None
         except ValidationError as exc:
-            raise ServerError(
+            raise EngineError(
                 f"{self.directory / STATE_FILE} is unreadable ({exc}); remove the folder "
                 f"{self.directory} to start again from the configured model at version 0"
             ) from exc

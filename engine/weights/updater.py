@@ -19,8 +19,10 @@ An update runs in four steps, and only the third touches what the engine serves:
    version on those weights (``restore_policy``). The files they replace are removed
    after the answer (the next update waits for that), an upload kept as the spare.
 
-A second update while one runs gets ``UpdateInProgress`` (409); ``expected_version`` that
-is not the current version gets ``VersionMismatch`` (409).
+A second update while one runs gets ``UpdateInProgress``; ``expected_version`` that is not
+the current version gets ``VersionMismatch`` (both 409 at the server). Each update is
+counted by its outcome on the metrics sink (``engine.metrics``), with the time of its two
+phases.
 """
 
 from __future__ import annotations
@@ -36,27 +38,27 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 
 from rollgym.contract.wire import WeightUpdateResult
-from rollgym.server.config import WeightCheckConfig
-from rollgym.server.durable import fsync_path
-from rollgym.server.engine.base import ServingEngine
-from rollgym.server.errors import (
-    BadRequest,
-    NotFound,
-    ServerError,
+from rollgym.engine import metrics as m
+from rollgym.engine.base import NcclWeights, ServingEngine, StagedWeights, WeightTarget
+from rollgym.engine.config import WeightCheckConfig
+from rollgym.engine.durable import fsync_path
+from rollgym.engine.errors import (
+    BadInput,
+    Conflict,
+    EngineError,
     UpdateInProgress,
     VersionMismatch,
+    WeightsNotFound,
 )
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.weights.base import NcclWeights, StagedWeights, WeightTarget
-from rollgym.server.weights.receive import receive
-from rollgym.server.weights.safetensors_check import (
+from rollgym.engine.weights.receive import receive
+from rollgym.engine.weights.safetensors_check import (
     check_announced,
     check_values,
     checkpoint_files,
     stage,
     tensor_norms,
 )
-from rollgym.server.weights.store import PolicyStore
+from rollgym.engine.weights.store import PolicyStore
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class WeightUpdater:
         store: PolicyStore,
         *,
         max_bytes: int,
-        metrics: ServerMetrics,
+        metrics: m.MetricsSink,
         checks: WeightCheckConfig | None = None,
         aliases: dict[str, str] | None = None,
         served: StagedWeights | None = None,
@@ -123,10 +125,10 @@ class WeightUpdater:
     def _checked_path(self, path: Path) -> StagedWeights:
         try:
             if not path.exists():
-                raise NotFound(f"{path} does not exist on the server")
+                raise WeightsNotFound(f"{path} does not exist on the server")
             files = checkpoint_files(path)
         except OSError as exc:  # a name too long, a folder we may not read...
-            raise BadRequest(f"{path} cannot be read: {exc.strerror or exc}") from None
+            raise BadInput(f"{path} cannot be read: {exc.strerror or exc}") from None
         return self._check_headers(files)
 
     def _check_headers(self, files: list[Path]) -> StagedWeights:
@@ -169,23 +171,25 @@ class WeightUpdater:
     @contextlib.asynccontextmanager
     async def _exclusive(self, expected_version: int | None) -> AsyncIterator[None]:
         if self._lock.locked():
-            self._metrics.weight_updates.labels(outcome="rejected").inc()
+            self._count("rejected")
             raise UpdateInProgress("another weight update is running; retry when it is done")
         async with self._lock:
             if self._retiring is not None:  # the files the last update replaced go first
                 await self._retiring
             current = self._target.policy_version
             if expected_version is not None and expected_version != current:
-                self._metrics.weight_updates.labels(outcome="rejected").inc()
+                self._count("rejected")
                 raise VersionMismatch(
                     f"the server is at policy version {current}, not {expected_version}"
                 )
             try:
                 yield
-            except ServerError as exc:
-                outcome = "rejected" if exc.status < 500 else "failed"
-                self._metrics.weight_updates.labels(outcome=outcome).inc()
+            except EngineError as exc:
+                self._count("rejected" if isinstance(exc, BadInput | Conflict) else "failed")
                 raise
+
+    def _count(self, outcome: str) -> None:
+        self._metrics.increment(m.WEIGHT_UPDATES, {"outcome": outcome})
 
     @contextlib.contextmanager
     def _upload_file(self) -> Iterator[Path]:
@@ -207,10 +211,9 @@ class WeightUpdater:
     ) -> WeightUpdateResult:
         swap = await self._target.swap_weights(weights, ready)
         load_s += swap.load_s
-        self._metrics.weight_sync.labels(phase="load").observe(load_s)
-        self._metrics.weight_sync.labels(phase="apply").observe(swap.pause_s)
-        self._metrics.weight_updates.labels(outcome="applied").inc()
-        self._metrics.policy_version.set(swap.version)
+        self._metrics.observe(m.WEIGHT_SYNC, load_s, {"phase": "load"})
+        self._metrics.observe(m.WEIGHT_SYNC, swap.pause_s, {"phase": "apply"})
+        self._count("applied")
         return WeightUpdateResult(
             policy_version=swap.version,
             bytes=weights.nbytes,

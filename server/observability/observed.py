@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.server.policy import Generation, PolicyEngine
+from rollgym.engine.base import Generation, PolicyEngine
 from rollgym.server.timing import engine_span
 
 GenerationObserver = Callable[[Generation], None]

@@ -24,14 +24,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rollgym.server.errors import BadWeights, TruncatedWeights
-from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, TensorSpec
+from rollgym.engine.base import (
+    ITEM_SIZE,
+    TORCH_DTYPE,
+    Manifest,
+    NcclWeights,
+    StagedWeights,
+    TensorSpec,
+)
+from rollgym.engine.errors import BadWeights, TruncatedWeights
 
-ITEM_SIZE = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
-    "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-}  # fmt: skip
-TORCH_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 CHUNK = 1 << 20  # values one slow-path step reduces: its scratch stays in the cache
 _SHOWN = 5  # problems named per kind in an error message

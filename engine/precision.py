@@ -1,6 +1,6 @@
-"""The server's side of the precision red line: no lower precision without a verdict.
+"""The serving side of the precision red line: no lower precision without a verdict.
 
-``admitted_verdict(engine)`` is called when the settings are validated: an engine that
+``admitted_verdict(engine)`` is called when the server's settings are validated: an engine that
 serves below its ``training_dtype`` (bfloat16 or float16 under float32, FP8 under either)
 needs ``<model_dir>/rollgym-precision.json`` from ``rollgym eval --precision ...``, admitted,
 for that precision and exactly these weights; otherwise the server refuses to start and
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from rollgym.contract.precision import VERDICT_FILE, PrecisionVerdict, is_lower, weights_fingerprint
-from rollgym.server.config import EngineConfig
+from rollgym.engine.config import EngineConfig
 
 
 def serving_precision(engine: EngineConfig) -> str:

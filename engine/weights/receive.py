@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from rollgym.server.errors import WeightsTooLarge
+from rollgym.engine.errors import WeightsTooLarge
 
 PART_BYTES = 4 << 20  # the body is written in parts of about this size, each off the loop
 _IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one writev takes

@@ -6,14 +6,15 @@ copied into the model's parameters directly. Two ways in, both from safetensors 
 worker reads the tensors itself):
 
 * **staged** (``rollgym_stage_safetensors``, then ``rollgym_swap_staged``): a thread loads
-  and repacks the files into a shadow of the model (``server.engine.staging``) while the
+  and repacks the files into a shadow of the model (``engine.vllm.staging``) while the
   engine keeps stepping; the engine polls ``rollgym_staged`` until it is ready, pauses, and
   the swap hands the new tensors over in well under a millisecond per module;
 * **in place** (``rollgym_reload_safetensors``): the worker's ``reload_weights`` in
   checkpoint format redoes the loading and repacking on the live model, so the engine must
   be paused throughout. Restores at start-up and recoveries use it.
 
-This module runs inside the engine process: it imports nothing from the rest of ``server``.
+This module runs inside the engine process: it imports nothing from the rest of rollgym but
+``staging``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from rollgym.server.engine.staging import Staged, stage
+from rollgym.engine.vllm.staging import Staged, stage
 
 
 class RollgymWorkerExtension:

@@ -10,14 +10,14 @@ it to ``str(policy_version)`` after each swap, and a ``Generation`` takes its ve
 those stamps (a generation spanning two versions would be a bug and raises).
 
 Speculative decoding (``EngineConfig.speculation``): under the gate the engine starts
-plain and ``server.engine.speculation`` switches to an engine with vLLM's n-gram drafter
+plain and ``engine.vllm.speculation`` switches to an engine with vLLM's n-gram drafter
 and back (``set_drafting``) by measured acceptance and rate; without the gate it drafts
 always. ``meter`` adds up the engine's steps (tokens, busy time, drafts) from vLLM's
 stat-logger records either way.
 
 Weight swaps (see ``EngineConfig.in_flight``): first the workers load the new file
 weights into a shadow of the model while the old ones keep serving (``staged_updates``,
-``server.engine.staging``). Then the pause: new requests wait; with ``finish`` vLLM drains
+``engine.vllm.staging``). Then the pause: new requests wait; with ``finish`` vLLM drains
 the running requests on the old weights, with ``abort`` it aborts them and this class
 submits them again on the new weights; the prefix cache is cleared, the workers swap the
 staged weights in (or, unstaged, reload them in place), the version moves, and generation
@@ -46,8 +46,18 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.server.config import EngineConfig, InFlightPolicy
-from rollgym.server.engine.speculation import (
+from rollgym.engine.base import (
+    TORCH_DTYPE,
+    FinishReason,
+    Generation,
+    Manifest,
+    NcclWeights,
+    StagedWeights,
+    Swap,
+)
+from rollgym.engine.config import EngineConfig, InFlightPolicy
+from rollgym.engine.errors import BadInput, EngineError, EngineFailure, NotEnabled
+from rollgym.engine.vllm.speculation import (
     EngineMeter,
     ShadowDrafts,
     SpeculationController,
@@ -55,11 +65,8 @@ from rollgym.server.engine.speculation import (
     WindowRule,
     metering_stat_logger,
 )
-from rollgym.server.engine.worker_ext import RollgymWorkerExtension
-from rollgym.server.errors import BadRequest, EngineFailure, NotEnabled, ServerError
-from rollgym.server.policy import FinishReason, Generation
-from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, Swap
-from rollgym.server.weights.safetensors_check import TORCH_DTYPE, checkpoint_files, read_manifest
+from rollgym.engine.vllm.worker_ext import RollgymWorkerExtension
+from rollgym.engine.weights.safetensors_check import checkpoint_files, read_manifest
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -227,7 +234,7 @@ class VLLMEngine:
     async def set_drafting(self, on: bool) -> None:
         """Serve from an engine with the n-gram drafter (``on``) or a plain one.
 
-        The gate's switch (see ``server.engine.speculation``). The new engine starts in a
+        The gate's switch (see ``engine.vllm.speculation``). The new engine starts in a
         thread while the old one keeps serving, and gets the last good weights and the
         current version; then, with weight swaps held off, new requests go to it and the old
         one finishes its running requests (those still running after ``swap_timeout_s``
@@ -325,7 +332,7 @@ class VLLMEngine:
     ) -> Generation:
         room = self.config.max_model_len - len(prompt_ids)
         if room <= 0 or not prompt_ids:
-            raise BadRequest(
+            raise BadInput(
                 f"the prompt has {len(prompt_ids)} tokens; it must have 1 to "
                 f"{self.config.max_model_len - 1} (max_model_len {self.config.max_model_len})"
             )
@@ -336,7 +343,7 @@ class VLLMEngine:
                 sampling, min(sampling.max_tokens, room), stop_token_ids, stop, seed
             )
         except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
-            raise BadRequest(f"the engine refused the sampling settings: {exc}") from exc
+            raise BadInput(f"the engine refused the sampling settings: {exc}") from exc
         base_id = request_id or uuid.uuid4().hex
         queue_s = model_s = prefill_s = 0.0
         attempt = 0
@@ -377,7 +384,7 @@ class VLLMEngine:
         except (EngineDeadError, EngineGenerateError) as exc:
             raise EngineFailure(f"the engine failed: {exc!r}") from exc
         except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
-            raise BadRequest(f"the engine refused the request: {exc}") from exc
+            raise BadInput(f"the engine refused the request: {exc}") from exc
         if final is None:
             raise EngineFailure("the engine returned no output")
         completion = final.outputs[0]
@@ -398,7 +405,7 @@ class VLLMEngine:
         if not stamps:
             return self._version  # nothing was sampled
         if len(stamps) > 1:
-            raise ServerError(f"a generation spans policy versions {sorted(stamps)}")
+            raise EngineError(f"a generation spans policy versions {sorted(stamps)}")
         return int(next(iter(stamps)))
 
     # --- WeightTarget ---------------------------------------------------------------------

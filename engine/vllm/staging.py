@@ -19,7 +19,7 @@ sampling cannot run until the whole load is done. Here the load goes into a shad
 
 A module the update fills only in part, or an attention layer (its scales are processed
 with the whole model's), is refused before anything is swapped: ``StagingError``.
-This module runs inside the engine process and imports nothing from the rest of ``server``.
+This module runs inside the engine process and imports nothing of rollgym.
 """
 
 from __future__ import annotations

@@ -19,10 +19,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.server.config import InFlightPolicy
-from rollgym.server.errors import NotEnabled
-from rollgym.server.policy import FinishReason, Generation
-from rollgym.server.weights.base import Manifest, NcclWeights, StagedWeights, Swap, TensorSpec
+from rollgym.engine.base import (
+    FinishReason,
+    Generation,
+    Manifest,
+    NcclWeights,
+    StagedWeights,
+    Swap,
+    TensorSpec,
+)
+from rollgym.engine.config import InFlightPolicy
+from rollgym.engine.errors import NotEnabled
 
 Script = Callable[[Sequence[int]], Sequence[int]]
 FAKE_MANIFEST: Manifest = {"model.embed_tokens.weight": TensorSpec("F32", (8, 4))}
