@@ -24,7 +24,7 @@ the gated engine's switch to a drafting engine and back (``VLLMEngine.set_drafti
 new engine starts while the old one serves), with requests of the workload running.
 
 **Precision**: the same held-out GuessNumber seeds at float32 and bfloat16
-(``rollgym.precision``): tokens/s, success with 95% intervals, the KL between them.
+(``rollgym.evaluation``): tokens/s, success with 95% intervals, the KL between them.
 
 **Export**: 10,000 synthetic trajectories curated (exact + MinHash dedup) and written in
 all three formats, against dumping them as JSON lines (target: at most 30 s).
@@ -58,8 +58,8 @@ from rollgym.engine.errors import EngineFailure
 from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.engine.vllm.speculation import drafting_step_cost, tokens_per_step
 from rollgym.envs.spaces import ChatText, Messages
-from rollgym.server.chat import ChatCodec
-from rollgym.server.cost import DeviceClock
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.observability.cost import DeviceClock
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 
@@ -256,7 +256,7 @@ async def speculation_rows(
 
 
 async def precision_rows(label: str, model_dir: Path, episodes: int) -> list[Row]:
-    from rollgym.precision.measure import HeldOutTask, compare_precisions
+    from rollgym.evaluation.measure import HeldOutTask, compare_precisions
     from rollgym.trainer.evaluate import held_out_seeds
 
     task = HeldOutTask(

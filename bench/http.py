@@ -63,7 +63,7 @@ from rollgym.engine.weights.safetensors_check import checkpoint_files
 from rollgym.models.catalog import CATALOG
 from rollgym.models.pull import is_pulled
 from rollgym.run.loopback import on_loopback
-from rollgym.server.agent_keys import AgentKeysConfig
+from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.app import create_app
 from rollgym.server.config import ServerSettings
 from rollgym.server.routes.deps import Services

@@ -39,7 +39,7 @@ from rollgym.engine.config import EngineConfig
 from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.models.catalog import CATALOG
 from rollgym.models.pull import is_pulled, pull
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 
 MODEL = CATALOG["smollm2-135m-instruct"]
 QUESTIONS = [

@@ -53,10 +53,10 @@ from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Tra
 from rollgym.engine.config import EngineConfig
 from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.envs.spaces import ChatText, Messages
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig, RunnerConfig
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner

@@ -58,7 +58,7 @@ from rollgym.engine.config import EngineConfig
 from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.run.loopback import on_loopback
 from rollgym.run.server_process import ServerProcess
-from rollgym.server.agent_keys import AgentKeysConfig
+from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.app import create_app
 from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.rollout.episode import EpisodeSpec

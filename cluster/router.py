@@ -74,7 +74,7 @@ from rollgym.contract.wire import (
     WeightsFromPath,
     WeightUpdateResult,
 )
-from rollgym.server.session_groups import group_name
+from rollgym.server.sessions.groups import group_name
 
 SERVER_HEADER = "X-Rollgym-Server"
 MAX_WEIGHT_BYTES = 16 << 30

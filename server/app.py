@@ -9,8 +9,8 @@ groups are dropped and counted; the job stays persisted), sessions close (unfini
 episodes kept aside as invalid), the buffer closes, the pool's boxes are removed, the
 engine shuts down.
 
-Every request passes ``server.guards``: a capped body, and a last-resort answer in the one
-error body for anything no handler translated; ``server.timing`` adds to each answer the
+Every request passes ``server.http.guards``: a capped body, and a last-resort answer in the one
+error body for anything no handler translated; ``server.observability.timing`` adds to each answer the
 server's own reading of where the request's time went (``Server-Timing``).
 
     app = create_app(ServerSettings(admin_token="..."))      # uvicorn.run(app)
@@ -38,27 +38,27 @@ from rollgym.engine.weights.store import PolicyStore
 from rollgym.engine.weights.updater import WeightUpdater, restore_policy
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
-from rollgym.server.agent_keys import AgentKeys, QuotaLedger
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.server.access.agent_keys import AgentKeys, QuotaLedger
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import SandboxSettings, ServerSettings
-from rollgym.server.cost import CostCollector, CostMeter, live_board
-from rollgym.server.dashboard import router as dashboard
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
 from rollgym.server.dashboard.taps import ObservedBuffer
 from rollgym.server.errors import ServerError, status_of
-from rollgym.server.guards import BodyLimit, LastResort, error_bytes, watch_loop
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.http.guards import BodyLimit, LastResort, error_bytes
+from rollgym.server.observability.cost import CostCollector, CostMeter, live_board
+from rollgym.server.observability.event_loop import watch_loop
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.observability.observed import ObservedEngine
+from rollgym.server.observability.timing import ServerTiming
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.routes import admin, agents, archive, openai
+from rollgym.server.routes import admin, agents, archive, dashboard, openai
 from rollgym.server.routes.deps import Services
-from rollgym.server.sessions import SessionManager
-from rollgym.server.timing import ServerTiming
+from rollgym.server.sessions.manager import SessionManager
 
 UPLOAD_ROUTE = "/admin/weights"  # streamed to disk under its own cap, max_weight_bytes
 

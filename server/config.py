@@ -26,8 +26,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rollgym.contract import paths
 from rollgym.engine.config import EngineConfig, WeightCheckConfig
 from rollgym.engine.precision import admitted_verdict
-from rollgym.server.agent_keys import AgentKeysConfig
-from rollgym.server.env_access import EnvAccessConfig
+from rollgym.server.access.agent_keys import AgentKeysConfig
+from rollgym.server.access.env_access import EnvAccessConfig
 
 
 class _Config(BaseModel):
@@ -45,7 +45,7 @@ class BufferConfig(_Config):
         None,
         ge=0,
         description="how long trained and stale groups stay in the archive for export: "
-        "None keeps them for good, 0 keeps none (see server.archive)",
+        "None keeps them for good, 0 keeps none (see server.buffer.archive)",
     )
 
 
@@ -116,7 +116,7 @@ class DashboardConfig(_Config):
 
 
 class CostConfig(_Config):
-    """The cost board (``server.cost``): the machine's price and the rates' window."""
+    """The cost board (``server.observability.cost``): the machine's price and the rates' window."""
 
     price_per_hour: float | None = Field(
         None, ge=0, description="price of one machine-hour (any currency); None: costs unset"
@@ -154,7 +154,8 @@ class ServerSettings(BaseSettings):
     weights: WeightCheckConfig = Field(default_factory=WeightCheckConfig)
     env_access: EnvAccessConfig = Field(default_factory=EnvAccessConfig)
     agents: AgentKeysConfig = Field(
-        default_factory=AgentKeysConfig, description="agent keys and quotas (server.agent_keys)"
+        default_factory=AgentKeysConfig,
+        description="agent keys and quotas (server.access.agent_keys)",
     )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     buffer: BufferConfig = Field(default_factory=BufferConfig)

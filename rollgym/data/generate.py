@@ -72,7 +72,7 @@ async def generate_local(
 ) -> list[TrajectoryGroup]:
     """Sample with a vLLM engine in this process (see the module docstring)."""
     from rollgym.engine.vllm.engine import VLLMEngine
-    from rollgym.server.chat import ChatCodec
+    from rollgym.server.conversation.codec import ChatCodec
     from rollgym.server.rollout.environments import RegistryEnvs, takes_pool
     from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 

@@ -37,7 +37,7 @@ def _kinds(include_invalid: bool) -> tuple[ArchiveKind, ...]:
 def from_data_dir(
     data_dir: Path, *, file_name: str = "buffer.sqlite3", include_invalid: bool = False
 ) -> Iterator[Item]:
-    from rollgym.server.archive import ArchiveFile
+    from rollgym.server.buffer.archive import ArchiveFile
 
     path = data_dir / file_name
     if not path.is_file():

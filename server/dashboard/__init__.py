@@ -10,6 +10,7 @@ version-lag histogram, dropped samples and the reward curve.
     recorder.py    DashboardRecorder: the stages' spans, periodic readings, the views
     sampler.py     read the server every interval_s while the app runs
     taps.py        ObservedBuffer (every store and pull)
-    schema.py      TrainerReport (what the trainer posts), DashboardData (what the page gets)
-    router.py      the routes; POST /admin/dashboard/trainer takes the trainer's steps
+
+What the trainer posts (``TrainerReport``) and what the page gets (``DashboardData``) are
+``rollgym.contract.dashboard``; the routes are ``server.routes.dashboard``.
 """

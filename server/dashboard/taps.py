@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
-from rollgym.server.buffer import Leased, TrajectoryBuffer
+from rollgym.server.buffer.store import Leased, TrajectoryBuffer
 from rollgym.server.config import BufferConfig
 from rollgym.server.dashboard.recorder import DashboardRecorder
 

@@ -2,7 +2,7 @@
 
 The server hangs its metrics and its dashboard on the one engine the runner and the
 sessions share, so neither has to know about them; each call also counts as the current
-request's engine time (``server.timing``):
+request's engine time (``server.observability.timing``):
 
     policy = ObservedEngine(engine, metrics.record_generation, recorder.sampling_span)
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import Generation, PolicyEngine
-from rollgym.server.timing import engine_span
+from rollgym.server.observability.timing import engine_span
 
 GenerationObserver = Callable[[Generation], None]
 

@@ -24,7 +24,7 @@ from rollgym.contract.wire import (
     WeightUpdateResult,
 )
 from rollgym.engine.base import NcclWeights
-from rollgym.server.env_access import check_request
+from rollgym.server.access.env_access import check_request
 from rollgym.server.errors import BadRequest
 from rollgym.server.rollout.evaluation import evaluate
 from rollgym.server.routes.deps import ServicesDep, require_admin

@@ -1,5 +1,5 @@
 """Agent-facing routes: health, metrics and the policy (open), external-agent sessions
-(an agent key: ``Authorization: Bearer <agent key>``, see ``server.agent_keys``)."""
+(an agent key: ``Authorization: Bearer <agent key>``, see ``server.access.agent_keys``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rollgym.contract.wire import (
     SessionStep,
     SessionStepResult,
 )
-from rollgym.server.metrics import CONTENT_TYPE
+from rollgym.server.observability.metrics import CONTENT_TYPE
 from rollgym.server.routes.deps import AgentDep, ServicesDep
 
 router = APIRouter()

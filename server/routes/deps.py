@@ -16,17 +16,17 @@ from fastapi import Depends, Header, Request
 from rollgym.engine.base import PolicyEngine, ServingEngine
 from rollgym.engine.weights.updater import WeightUpdater
 from rollgym.sandboxes.base import SandboxPool
-from rollgym.server.agent_keys import Agent, AgentKeys, QuotaLedger
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.server.access.agent_keys import Agent, AgentKeys, QuotaLedger
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
-from rollgym.server.cost import CostMeter
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder
 from rollgym.server.errors import Forbidden, Unauthorized
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.observability.cost import CostMeter
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.sessions import SessionManager
+from rollgym.server.sessions.manager import SessionManager
 
 
 @dataclasses.dataclass

@@ -5,14 +5,14 @@ Every answer carries the policy version (body ``policy_version``, header
 ``session_id``) is recorded as that session's model turn; see ``server.sessions``.
 
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
-``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.toolcalls``);
+``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.conversation.toolcalls``);
 the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
 and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
 answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
-Chat and completions need an agent key (``server.agent_keys``): a call is admitted while
+Chat and completions need an agent key (``server.access.agent_keys``): a call is admitted while
 the key is under its tokens-per-minute quota, and its generated tokens are charged to it.
 ``/v1/models`` stays open, like ``/v1/policy``, which names the model too.
 """
@@ -30,9 +30,10 @@ from fastapi.responses import StreamingResponse
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import Generation, PolicyEngine
-from rollgym.server.chat import ChatCodec, ChatInputError
+from rollgym.server.conversation.codec import ChatCodec, ChatInputError
+from rollgym.server.conversation.toolcalls import parse_tool_calls
 from rollgym.server.errors import BadRequest
-from rollgym.server.offload import by_size
+from rollgym.server.http.offload import by_size
 from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_schema import (
     ChatChoice,
@@ -52,8 +53,7 @@ from rollgym.server.routes.openai_schema import (
     usage,
 )
 from rollgym.server.routes.openai_stream import chat_chunks, sse
-from rollgym.server.sessions import ModelAnswer
-from rollgym.server.toolcalls import parse_tool_calls
+from rollgym.server.sessions.manager import ModelAnswer
 
 router = APIRouter(prefix="/v1")
 VERSION_HEADER = "X-Policy-Version"

@@ -22,7 +22,7 @@ from rollgym.engine.config import EngineConfig
 from rollgym.engine.errors import BadWeights, EngineFailure
 from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.engine.weights.updater import WeightUpdater
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 GREEDY = SamplingSettings(temperature=0.0, max_tokens=16)

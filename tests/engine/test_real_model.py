@@ -19,7 +19,7 @@ from rollgym.engine.config import EngineConfig
 from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.engine.weights.updater import WeightUpdater
 from rollgym.models.catalog import CATALOG
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.trainer.weights import SafetensorsBody
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -14,7 +14,7 @@ import torch
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.config import EngineConfig, SpeculationConfig
 from rollgym.engine.vllm.engine import VLLMEngine
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 

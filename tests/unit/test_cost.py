@@ -21,9 +21,9 @@ from rollgym.engine.vllm.speculation import (
     WindowRule,
 )
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
 from rollgym.server.config import CostConfig, DashboardConfig
-from rollgym.server.cost import CostMeter, DeviceClock, LongTail
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.observability.cost import CostMeter, DeviceClock, LongTail
 
 
 class Clock:

@@ -11,8 +11,8 @@ from server_fakes import ADMIN, engine_factory, guessing_script, in_process, set
 from rollgym.contract.dashboard import DashboardData, TrainerReport
 from rollgym.engine.fake import FakeEngine
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
 from rollgym.server.config import DashboardConfig
+from rollgym.server.conversation.codec import ChatCodec
 
 GUESS = "rollgym/GuessNumber-v0"
 

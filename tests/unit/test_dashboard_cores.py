@@ -11,13 +11,13 @@ from prometheus_client.registry import Collector
 
 from rollgym.contract.dashboard import TrainerReport
 from rollgym.contract.wire import Trajectory, TrajectoryGroup, TurnRecord
-from rollgym.server.buffer import BufferDepth
+from rollgym.server.buffer.store import BufferDepth
 from rollgym.server.config import DashboardConfig
 from rollgym.server.dashboard.intervals import IntervalSet
 from rollgym.server.dashboard.quantiles import difference, quantile, read_buckets, total
 from rollgym.server.dashboard.recorder import ENVIRONMENT, DashboardRecorder, Reading, env_spans
 from rollgym.server.dashboard.sampler import read_server
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.trainer.stages import covered as trainer_covered
 
 # --- IntervalSet ---------------------------------------------------------------------------

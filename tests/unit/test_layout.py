@@ -45,6 +45,9 @@ ALLOWED: dict[str, set[str]] = {
     "trainer": {"contract"},
     "cluster": {"contract", "sandboxes", "envs", "engine", "server"},
 }
+# Floors inside a package: a subpackage that imports nothing of rollgym but itself and these
+# (the HTTP face is shared with the cluster's router; the rest of the server sits on it).
+FLOORS: dict[str, tuple[str, ...]] = {"rollgym.server.http": ("rollgym.contract",)}
 # The in-box executor (sandboxes/agent) also runs in the box as its own package, stdlib only.
 EXECUTOR = FOLDERS["rollgym.sandboxes"] / "agent"
 
@@ -226,6 +229,19 @@ def test_no_package_imports_upward() -> None:
             if there != here and there not in ALLOWED[here]:
                 upward.append(f"{name} -> {target}")
     assert upward == []
+
+
+def test_the_floors_inside_packages_import_only_what_is_under_them() -> None:
+    above = []
+    for floor, allowed in FLOORS.items():
+        for name, path in modules().items():
+            if name == floor or name.startswith(floor + "."):
+                above += [
+                    f"{name} -> {target}"
+                    for target in imports_of(name, path)
+                    if not target.startswith((floor, *allowed))
+                ]
+    assert above == []
 
 
 def test_the_namespace_package_imports_nothing() -> None:

@@ -19,7 +19,7 @@ from rollgym.contract.precision import (
 )
 from rollgym.engine.config import EngineConfig
 from rollgym.engine.precision import admitted_verdict, serving_precision
-from rollgym.precision.measure import judge
+from rollgym.evaluation.measure import judge
 from rollgym.server.config import ServerSettings
 
 

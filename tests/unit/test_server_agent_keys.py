@@ -13,7 +13,7 @@ from server_fakes import ADMIN, ADMIN_TOKEN, engine_factory, in_process, setting
 from rollgym.contract.wire import PullResponse
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
-from rollgym.server.agent_keys import (
+from rollgym.server.access.agent_keys import (
     ANONYMOUS,
     Agent,
     AgentKeys,

@@ -24,10 +24,10 @@ from rollgym.contract.wire import (
 )
 from rollgym.engine.fake import fake_logprob
 from rollgym.sandboxes import metrics as sbx
+from rollgym.server.access.env_access import EnvAccessConfig
 from rollgym.server.app import create_app
 from rollgym.server.config import SessionConfig
-from rollgym.server.env_access import EnvAccessConfig
-from rollgym.server.sessions import INLINE_CHARS, SessionManager
+from rollgym.server.sessions.manager import INLINE_CHARS, SessionManager
 
 GUESS = "rollgym/GuessNumber-v0"
 ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right

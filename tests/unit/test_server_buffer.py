@@ -8,7 +8,7 @@ import time
 import pytest
 
 from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
-from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
 
 

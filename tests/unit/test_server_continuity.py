@@ -10,7 +10,7 @@ from rollgym.engine.base import StagedWeights
 from rollgym.engine.fake import FakeEngine
 from rollgym.engine.weights.store import PolicyStore
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 
 JOB = {"env_id": "rollgym/GuessNumber-v0", "group_size": 2, "sampling": {"max_tokens": 4}}
 

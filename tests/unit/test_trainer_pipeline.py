@@ -15,7 +15,7 @@ from rollgym.envs.guess_demos import demonstrations
 from rollgym.run.pipeline import RunConfig
 from rollgym.run.plot import moving_average, write_report_png
 from rollgym.run.warmstart import tokenize_conversation
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.trainer.checkpoint import DropCounts

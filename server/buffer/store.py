@@ -12,7 +12,7 @@ A group's life::
     ready/leased --pull finds trainer_version - min_version > max_staleness--> stale (counted,
                                                                             payload archived)
 
-Groups that leave the queue go to the archive (``server.archive``) in the same transaction,
+Groups that leave the queue go to the archive (``server.buffer.archive``) in the same transaction,
 kept as long as ``BufferConfig.archive_retention_s`` says, for ``rollgym export``.
 
 ``pull`` is a long-poll: it answers once ``num_groups`` groups are ready (then leases them
@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from rollgym.contract.archive import ArchiveKind, ArchivePage, Outcome
 from rollgym.contract.staleness import oldest_fresh_version
 from rollgym.contract.wire import ErrorCode, PullRequest, PullResponse, Trajectory, TrajectoryGroup
-from rollgym.server import archive
+from rollgym.server.buffer import archive
 from rollgym.server.config import BufferConfig
 from rollgym.server.errors import ServerError
 
@@ -225,7 +225,7 @@ class TrajectoryBuffer:
     def _archive(
         self, db: sqlite3.Connection, where: str, params: Sequence[object], outcome: Outcome
     ) -> None:
-        """Keep the groups leaving the queue (see ``server.archive``), then apply retention."""
+        """Keep the groups leaving the queue (see ``server.buffer.archive``), then apply retention."""
         keep_s = self.config.archive_retention_s
         if keep_s == 0:
             return

@@ -26,8 +26,8 @@ from rollgym.contract.dashboard import (
     TrainerAccepted,
     TrainerReport,
 )
-from rollgym.server.cost import live_board
 from rollgym.server.errors import NotFound
+from rollgym.server.observability.cost import live_board
 from rollgym.server.routes.deps import ServicesDep, require_admin
 
 router = APIRouter()

@@ -3,7 +3,7 @@
 The agent creates a session on an env id and gets the opening messages; it calls the
 OpenAI routes with the session id (header ``X-Rollgym-Session`` or body ``session_id``),
 steps the env with its action, and closes the session, which hands the episode
-(``source="session"``) to its group (``server.session_groups``): G sessions on one task
+(``source="session"``) to its group (``server.sessions.groups``): G sessions on one task
 are persisted as one GRPO group once all have closed, a lone session as a group of one.
 Each group takes one group of the staleness window's budget, shared with the rollout
 runner (``SharedWindow``), from its first session until it settles: a session that would
@@ -22,9 +22,9 @@ text); when the env answers each of the answer's tool calls with one tool messag
 step names the call each message answers (``tool_call_ids``), so the framework can hand
 them back as its tool results. An action that is not the model's last answer (no LLM call
 before it, or a different text) is the agent's own: it enters the context as environment
-tokens, and the reward its step earns is not credited to the model (``server.recording``).
+tokens, and the reward its step earns is not credited to the model (``server.conversation.recording``).
 
-Agents reach only the envs and kwargs ``env_access`` opens to them (``server.env_access``);
+Agents reach only the envs and kwargs ``env_access`` opens to them (``server.access.env_access``);
 the kwargs are recorded on the trajectory. Request data is tokenized off the event loop,
 but for a turn's few new characters (``INLINE_CHARS``): a thread hop costs more than that.
 A session whose context reaches ``max_model_len`` is over (``ContextFull``, 409): its
@@ -36,10 +36,10 @@ after their first session opened are settled with what they have (their open ses
 closed as invalid).
 
 A step on which the env raised, returned a non-finite reward or reported an infrastructure
-fault ends the episode as invalid (``server.recording``) and answers ``EnvFailure`` (409)
+fault ends the episode as invalid (``server.conversation.recording``) and answers ``EnvFailure`` (409)
 naming the env's error; closing the session then keeps the episode aside.
 
-Each session belongs to the agent key that opened it (``server.agent_keys``): it holds a
+Each session belongs to the agent key that opened it (``server.access.agent_keys``): it holds a
 slot of that key's quota (and a sandbox slot, taken before the reset that takes the box)
 until it closes or expires, only that key can use it (another key gets 404, as for a
 session that does not exist), and its trajectory records the key's name.
@@ -66,11 +66,17 @@ from rollgym.contract.wire import (
 )
 from rollgym.engine.base import Generation, PolicyEngine
 from rollgym.envs import aio
-from rollgym.server.agent_keys import SessionLease
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec, TemplateMessage
+from rollgym.server.access.agent_keys import SessionLease
+from rollgym.server.access.env_access import EnvAccessConfig, check_request
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import SessionConfig
-from rollgym.server.env_access import EnvAccessConfig, check_request
+from rollgym.server.conversation.codec import ChatCodec, TemplateMessage
+from rollgym.server.conversation.recording import (
+    EpisodeKey,
+    EpisodeRecorder,
+    messages_of,
+    step_env,
+)
 from rollgym.server.errors import (
     BadRequest,
     Conflict,
@@ -82,12 +88,11 @@ from rollgym.server.errors import (
     TranscriptMismatch,
     WindowFull,
 )
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.recording import EpisodeKey, EpisodeRecorder, messages_of, step_env
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import EnvFactory, amake, holds_sandbox
 from rollgym.server.rollout.episode import env_tools, opening_budget
-from rollgym.server.session_groups import GroupBook, SessionGroup, Settlement
+from rollgym.server.sessions.groups import GroupBook, SessionGroup, Settlement
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]

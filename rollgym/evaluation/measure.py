@@ -48,7 +48,7 @@ async def play(
     """One episode per seed at ``precision``; returns them and the engine's tokens/s."""
     from rollgym.engine.config import EngineConfig
     from rollgym.engine.vllm.engine import VLLMEngine
-    from rollgym.server.chat import ChatCodec
+    from rollgym.server.conversation.codec import ChatCodec
     from rollgym.server.rollout.environments import RegistryEnvs
     from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 

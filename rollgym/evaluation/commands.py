@@ -29,7 +29,7 @@ from rollgym.contract.precision import VERDICT_FILE, PrecisionRun
 
 if TYPE_CHECKING:
     from rollgym.contract.wire import Trajectory
-    from rollgym.precision.measure import HeldOutTask
+    from rollgym.evaluation.measure import HeldOutTask
     from rollgym.trainer.evaluate import Evaluation
 
 
@@ -87,7 +87,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _task(args: argparse.Namespace) -> HeldOutTask:
     from rollgym.contract.wire import SamplingSettings
-    from rollgym.precision.measure import HeldOutTask
+    from rollgym.evaluation.measure import HeldOutTask
     from rollgym.trainer.evaluate import held_out_seeds
 
     try:
@@ -161,7 +161,7 @@ def _in_engine(args: argparse.Namespace, model_dir: Path, task: HeldOutTask) -> 
     import dataclasses
 
     _engine_in_this_process()
-    from rollgym.precision.measure import play
+    from rollgym.evaluation.measure import play
     from rollgym.trainer.evaluate import evaluation_of
 
     repeated = dataclasses.replace(task, seeds=[s for s in task.seeds for _ in range(args.samples)])
@@ -215,7 +215,7 @@ def _red_line(args: argparse.Namespace, model_dir: Path, task: HeldOutTask) -> i
     import asyncio
 
     _engine_in_this_process()
-    from rollgym.precision.measure import compare_precisions
+    from rollgym.evaluation.measure import compare_precisions
 
     verdict = asyncio.run(
         compare_precisions(

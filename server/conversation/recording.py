@@ -44,8 +44,8 @@ import gymnasium
 from rollgym.contract.wire import EnvMessage, Trajectory, TurnRecord
 from rollgym.engine.base import Generation
 from rollgym.envs import aio
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.transcript import Transcript
+from rollgym.server.conversation.transcript import Transcript
+from rollgym.server.observability.metrics import ServerMetrics
 
 
 @dataclasses.dataclass(frozen=True)
