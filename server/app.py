@@ -44,12 +44,11 @@ from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
-from rollgym.server.dashboard.taps import ObservedBuffer
 from rollgym.server.errors import ServerError, status_of
 from rollgym.server.http.guards import BodyLimit, LastResort, error_bytes
 from rollgym.server.observability.cost import CostCollector, CostMeter, live_board
 from rollgym.server.observability.event_loop import watch_loop
-from rollgym.server.observability.metrics import ServerMetrics
+from rollgym.server.observability.metrics import LiveGauges, ServerMetrics
 from rollgym.server.observability.observed import ObservedEngine
 from rollgym.server.observability.timing import ServerTiming
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
@@ -114,14 +113,12 @@ async def _services(
         cost = _cost_meter(settings, engine)
         metrics.registry.register(CostCollector(lambda: live_board(cost, recorder)))
         buffer = await stack.enter_async_context(
-            ObservedBuffer(
-                settings.buffer_path,
-                settings.buffer,
-                recorder=recorder,
-                listeners=[cost.group_stored],
+            TrajectoryBuffer(
+                settings.buffer_path, settings.buffer, observers=[metrics, recorder, cost]
             )
         )
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
+        metrics.registry.register(LiveGauges(lambda: engine.policy_version, buffer, pool))
         envs = RegistryEnvs(lambda: pool)
         policy = ObservedEngine(
             engine, metrics.record_generation, recorder.sampling_span, cost.observe
@@ -154,7 +151,6 @@ async def _services(
         stack.push_async_callback(sessions.close_all)
         for task in (sessions.run_sweeper(), watch_loop(metrics)):
             stack.push_async_callback(_cancel, asyncio.create_task(task))
-        metrics.policy_version.set(engine.policy_version)
         reader = functools.partial(_reading, metrics, engine, buffer, cost)
         dashboard_sampler = asyncio.create_task(sample(recorder, reader))
         stack.push_async_callback(_cancel, dashboard_sampler)
@@ -174,7 +170,6 @@ async def _services(
             cost=cost,
             agent_keys=AgentKeys(settings.agents),
             quotas=QuotaLedger(refused=_count_refusal(metrics)),
-            pool=pool,
         )
 
 

@@ -12,8 +12,11 @@ A group's life::
     ready/leased --pull finds trainer_version - min_version > max_staleness--> stale (counted,
                                                                             payload archived)
 
-Groups that leave the queue go to the archive (``server.buffer.archive``) in the same transaction,
-kept as long as ``BufferConfig.archive_retention_s`` says, for ``rollgym export``.
+Groups that leave the queue go to the archive (``server.buffer.archive``) in the same
+transaction, kept as long as ``BufferConfig.archive_retention_s`` says, for ``rollgym export``.
+The buffer tells its observers (``server.buffer.observers``) of every group it stores, every
+invalid trajectory it sets aside and every pull; it remembers the version of the trainer's
+last pull (``trainer_version``).
 
 ``pull`` is a long-poll: it answers once ``num_groups`` groups are ready (then leases them
 together under one ``lease_id``) or when ``timeout_s`` runs out (with what is ready). All
@@ -44,6 +47,7 @@ from rollgym.contract.archive import ArchiveKind, ArchivePage, Outcome
 from rollgym.contract.staleness import oldest_fresh_version
 from rollgym.contract.wire import ErrorCode, PullRequest, PullResponse, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import archive
+from rollgym.server.buffer.observers import BufferObserver
 from rollgym.server.config import BufferConfig
 from rollgym.server.errors import ServerError
 
@@ -109,9 +113,17 @@ class Leased:
 class TrajectoryBuffer:
     """See the module docstring. Use ``async with TrajectoryBuffer(path, config):``."""
 
-    def __init__(self, path: Path, config: BufferConfig, *, clock: Clock = time.time):
+    def __init__(
+        self,
+        path: Path,
+        config: BufferConfig,
+        *,
+        observers: Sequence[BufferObserver] = (),
+        clock: Clock = time.time,
+    ):
         self.path = path
         self.config = config
+        self._observers = observers
         self._clock = clock
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="trajectory-buffer")
         self._db: sqlite3.Connection | None = None
@@ -119,6 +131,7 @@ class TrajectoryBuffer:
         self._changed = asyncio.Condition()
         self.depth = BufferDepth()
         self.dropped_stale = 0  # trajectories, since this process started
+        self.trainer_version: int | None = None  # of the last pull
 
     # --- life -----------------------------------------------------------------------------
 
@@ -173,6 +186,9 @@ class TrajectoryBuffer:
         payload = group.model_dump_json().encode()
         stored = await self._run(self._insert, group, payload)
         await self._refresh()
+        if stored:
+            for observer in self._observers:
+                observer.stored(group)
         return stored
 
     def _insert(self, group: TrajectoryGroup, payload: bytes) -> bool:
@@ -187,6 +203,8 @@ class TrajectoryBuffer:
         """Keep an invalid trajectory for inspection; it is never handed to the trainer."""
         payload = trajectory.model_dump_json().encode()
         await self._run(self._insert_invalid, trajectory, payload)
+        for observer in self._observers:
+            observer.set_aside(trajectory)
 
     def _insert_invalid(self, trajectory: Trajectory, payload: bytes) -> None:
         self._conn().execute(
@@ -251,6 +269,7 @@ class TrajectoryBuffer:
 
         ``abandoned`` is asked before leasing: a caller that went away gets nothing leased.
         """
+        self.trainer_version = request.trainer_version
         deadline = time.monotonic() + request.timeout_s
         dropped = 0
         while True:
@@ -275,6 +294,8 @@ class TrajectoryBuffer:
             dropped_stale=dropped,
             policy_version=policy_version,
         )
+        for observer in self._observers:
+            observer.pulled(request, response, leased.waited_s)
         return response, leased
 
     def _sweep(self, trainer_version: int, max_staleness: int) -> tuple[int, int]:

@@ -55,6 +55,7 @@ from rollgym.contract.cost import CostBoard, Saving, SpeculationView
 from rollgym.contract.wire import Trajectory, TrajectoryGroup
 from rollgym.engine.base import Generation
 from rollgym.engine.vllm.speculation import EngineMeter, SpeculationController
+from rollgym.server.buffer.observers import BufferObserver
 from rollgym.server.config import CostConfig
 from rollgym.server.dashboard.recorder import DashboardRecorder
 
@@ -130,8 +131,9 @@ def _started(trajectory: Trajectory) -> float:
     return float(trajectory.created_at - spent)
 
 
-class CostMeter:
-    """See the module docstring. ``observe`` and ``group_stored`` are the server's taps."""
+class CostMeter(BufferObserver):
+    """See the module docstring. ``observe`` (the engine's generations) and ``stored`` (the
+    buffer's groups) are the server's taps."""
 
     def __init__(
         self,
@@ -173,7 +175,7 @@ class CostMeter:
             self.prefill_s += generation.prefill_s
             self.prefilled_tokens += generation.prompt_tokens - generation.cached_tokens
 
-    def group_stored(self, group: TrajectoryGroup) -> None:
+    def stored(self, group: TrajectoryGroup) -> None:
         self.long_tail.add(group)
 
     def tick(self, now: float | None = None) -> None:

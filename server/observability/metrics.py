@@ -10,9 +10,9 @@ rollgym_sandbox_seconds                     histogram  the sandbox part of one e
 rollgym_buffer_wait_seconds                 histogram  a group's time in the buffer until pulled
 rollgym_weight_sync_seconds{phase}          (see engine.metrics) load, apply
 rollgym_inflight_episodes                   gauge      episodes being rolled out
-rollgym_buffer_groups{state}                gauge      groups ready / leased in the buffer
-rollgym_policy_version                      gauge      the served policy's version
-rollgym_version_lag                         gauge      policy version - the trainer's last pull
+rollgym_buffer_groups{state}                gauge*     groups ready / leased in the buffer
+rollgym_policy_version                      gauge*     the served policy's version
+rollgym_version_lag                         gauge*     policy version - the trainer's last pull
 rollgym_dropped_trajectories_total{reason}  counter    stale, zero_variance, too_few_valid
 rollgym_invalid_trajectories_total          counter    infrastructure failures (never trained)
 rollgym_truncated_by_context_total{source}  counter    episodes cut by a full context
@@ -28,20 +28,32 @@ rollgym_agent_quota_refusals_total{agent,quota}  counter  agent calls refused ov
 rollgym_event_loop_lag_seconds              histogram  how late the loop wakes a 10 ms sleep
 rollgym_event_loop_lag_max_seconds          gauge      ... the longest in the last 10 s
 rollgym_event_loop_busy_max_seconds         gauge      most loop-thread CPU in one such sleep
-sandbox_pool_boxes{state}                   gauge      the pool's boxes: ready, leased, ...
+sandbox_pool_boxes{state}                   gauge*     the pool's boxes: ready, leased, ...
 sandbox_*                                   (see sandboxes.metrics) the sandbox pool's own
 ==========================================  =========  =========================================
+
+Who keeps them: the engine's generations come through ``ObservedEngine``
+(``record_generation``), the buffer's pulls as its observer (``pulled``), the sandboxes and
+the engine through their sinks. The gauges marked * are read from the services themselves
+when the registry is collected (``LiveGauges``), so no route keeps anything up to date.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from rollgym.contract.wire import PullRequest, PullResponse
 from rollgym.engine import metrics as engine
 from rollgym.engine.base import Generation
 from rollgym.sandboxes import metrics as sbx
+from rollgym.sandboxes.base import SandboxPool
+from rollgym.server.buffer.observers import BufferObserver
+from rollgym.server.buffer.store import TrajectoryBuffer
 
 # Sub-millisecond buckets too: an in-process env step takes tens of microseconds.
 _FAST = (
@@ -85,7 +97,7 @@ class PrometheusSink:
                 (counter.labels(**labels) if labels else counter).inc()
 
 
-class ServerMetrics:
+class ServerMetrics(BufferObserver):
     """Every metric of the table above, registered on ``self.registry``."""
 
     def __init__(self) -> None:
@@ -106,9 +118,6 @@ class ServerMetrics:
             "rollgym_buffer_wait_seconds", "put to pull", registry=r, buckets=_SLOW
         )
         self.inflight = Gauge("rollgym_inflight_episodes", "episodes running", registry=r)
-        self.buffer_groups = Gauge("rollgym_buffer_groups", "buffered", ["state"], registry=r)
-        self.policy_version = Gauge("rollgym_policy_version", "served version", registry=r)
-        self.version_lag = Gauge("rollgym_version_lag", "policy - trainer version", registry=r)
         self.dropped = Counter(
             "rollgym_dropped_trajectories", "dropped samples", ["reason"], registry=r
         )
@@ -141,7 +150,6 @@ class ServerMetrics:
         self.loop_busy_max = Gauge(
             "rollgym_event_loop_busy_max_seconds", "most loop CPU per sleep, last 10 s", registry=r
         )
-        self.pool_boxes = Gauge("sandbox_pool_boxes", "boxes by state", ["state"], registry=r)
         self.sandbox_sink = PrometheusSink(r, sbx.TIMINGS, sbx.COUNTS)
         self.engine_sink = PrometheusSink(r, engine.TIMINGS, engine.COUNTS)
         self._prompt_total = 0
@@ -158,18 +166,47 @@ class ServerMetrics:
         if self._prompt_total:
             self.prefix_hit_rate.set(self._cached_total / self._prompt_total)
 
-    def set_buffer_depth(self, ready: int, leased: int) -> None:
-        self.buffer_groups.labels(state="ready").set(ready)
-        self.buffer_groups.labels(state="leased").set(leased)
-
-    def set_pool_status(self, pool: object) -> None:
-        """Copy a sandbox pool's ``status()`` (ready, leased, starting, waiting) to gauges."""
-        status = getattr(pool, "status", None)
-        if status is None:
-            return
-        current = status()
-        for state in ("ready", "leased", "starting", "waiting"):
-            self.pool_boxes.labels(state=state).set(getattr(current, state, 0))
+    def pulled(
+        self, request: PullRequest, response: PullResponse, waited_s: Sequence[float]
+    ) -> None:
+        for waited in waited_s:
+            self.buffer_wait.observe(waited)
+        if response.dropped_stale:
+            self.dropped.labels(reason="stale").inc(response.dropped_stale)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class LiveGauges(Collector):
+    """The gauges read from the services each time the registry is collected (``/metrics``,
+    the dashboard's sampler): the served version, the trainer's lag behind it (from the
+    buffer's last pull), the buffer's depth, the sandbox pool's boxes."""
+
+    def __init__(
+        self,
+        policy_version: Callable[[], int],
+        buffer: TrajectoryBuffer,
+        pool: SandboxPool | None = None,
+    ):
+        self._policy_version = policy_version
+        self._buffer = buffer
+        self._pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        version = self._policy_version()
+        trainer = self._buffer.trainer_version
+        yield GaugeMetricFamily("rollgym_policy_version", "served version", value=version)
+        lag = 0 if trainer is None else version - trainer
+        yield GaugeMetricFamily("rollgym_version_lag", "policy - trainer version", value=lag)
+        groups = GaugeMetricFamily("rollgym_buffer_groups", "buffered", labels=["state"])
+        groups.add_metric(["ready"], self._buffer.depth.ready)
+        groups.add_metric(["leased"], self._buffer.depth.leased)
+        yield groups
+        boxes = GaugeMetricFamily("sandbox_pool_boxes", "boxes by state", labels=["state"])
+        status = getattr(self._pool, "status", None)  # a warm pool's: ready, leased, ...
+        if status is not None:
+            current = status()
+            for state in ("ready", "leased", "starting", "waiting"):
+                boxes.add_metric([state], getattr(current, state, 0))
+        yield boxes

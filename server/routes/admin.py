@@ -103,14 +103,9 @@ async def run_evaluation(body: EvaluationRequest, services: ServicesDep) -> Eval
 @router.post("/buffer/pull", response_model=PullResponse)
 async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Response:
     """A ``PullResponse``, its groups as the buffer stored them (never serialized again)."""
-    services.trainer_version = body.trainer_version
     response, leased = await services.buffer.pull(
         body, services.engine.policy_version, abandoned=request.is_disconnected
     )
-    for waited in leased.waited_s:
-        services.metrics.buffer_wait.observe(waited)
-    if response.dropped_stale:
-        services.metrics.dropped.labels(reason="stale").inc(response.dropped_stale)
     answer = await asyncio.to_thread(leased.answer_bytes, response)
     return Response(answer, media_type="application/json")
 

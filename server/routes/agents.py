@@ -27,15 +27,7 @@ async def health(services: ServicesDep) -> Health:
 
 @router.get("/metrics")
 async def metrics(services: ServicesDep) -> Response:
-    m = services.metrics
-    depth = services.buffer.depth
-    m.set_buffer_depth(depth.ready, depth.leased)
-    m.policy_version.set(services.engine.policy_version)
-    if services.trainer_version is not None:
-        m.version_lag.set(services.engine.policy_version - services.trainer_version)
-    if services.pool is not None:
-        m.set_pool_status(services.pool)
-    return Response(m.render(), media_type=CONTENT_TYPE)
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE)
 
 
 @router.get("/v1/policy")

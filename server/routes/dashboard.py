@@ -66,7 +66,7 @@ async def data(
         interval_s=recorder.config.interval_s,
         model=services.settings.engine.model_name,
         policy_version=services.engine.policy_version,
-        trainer_version=services.trainer_version,
+        trainer_version=services.buffer.trainer_version,
         trainer_step=reports[-1].step if reports else None,
         totals=totals,
         stages=recorder.stage_view(now, buckets),

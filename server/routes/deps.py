@@ -15,7 +15,6 @@ from fastapi import Depends, Header, Request
 
 from rollgym.engine.base import PolicyEngine, ServingEngine
 from rollgym.engine.weights.updater import WeightUpdater
-from rollgym.sandboxes.base import SandboxPool
 from rollgym.server.access.agent_keys import Agent, AgentKeys, QuotaLedger
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
@@ -47,8 +46,6 @@ class Services:
     cost: CostMeter  # the cost board
     agent_keys: AgentKeys  # who may call the agent routes
     quotas: QuotaLedger  # what each agent key holds and has generated
-    pool: SandboxPool | None = None
-    trainer_version: int | None = None  # from the trainer's last pull
 
 
 async def get_services(request: Request) -> Services:

@@ -298,6 +298,16 @@ async def test_metrics_expose_every_family(client) -> None:
     assert "rollgym_generated_tokens_total 2.0" in text
 
 
+async def test_metrics_read_the_version_lag_from_the_trainers_last_pull(client) -> None:
+    """No route keeps the gauges: they are read when /metrics is collected."""
+    pull = {"trainer_version": 0, "max_staleness": 1, "num_groups": 1, "timeout_s": 0}
+    await client.post("/admin/buffer/pull", json=pull, headers=ADMIN)
+    await client.post("/admin/weights", content=safetensors_bytes(), headers=ADMIN)
+    text = (await client.get("/metrics")).text
+    assert "rollgym_policy_version 1.0" in text and "rollgym_version_lag 1.0" in text
+    assert 'rollgym_buffer_groups{state="ready"} 0.0' in text
+
+
 async def test_unknown_routes_answer_with_the_error_body(client) -> None:
     answer = await client.get("/nowhere")
     assert answer.status_code == 404 and set(answer.json()) == {"error", "message"}
