@@ -25,10 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rollgym.contract.wire import ErrorCode
 from rollgym.engine.base import ServingEngine, StagedWeights
 from rollgym.engine.config import EngineConfig
 from rollgym.engine.errors import EngineError
@@ -44,8 +41,9 @@ from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
-from rollgym.server.errors import ServerError, status_of
-from rollgym.server.http.guards import BodyLimit, LastResort, error_bytes
+from rollgym.server.errors import engine_status
+from rollgym.server.http.errors import error_response, install_error_handlers
+from rollgym.server.http.guards import BodyLimit, LastResort
 from rollgym.server.observability.cost import CostCollector, CostMeter, live_board
 from rollgym.server.observability.event_loop import watch_loop
 from rollgym.server.observability.metrics import LiveGauges, ServerMetrics
@@ -265,30 +263,13 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    """One error body everywhere: ``rollgym.contract.wire.ErrorBody``."""
-    app.add_exception_handler(ServerError, _server_error)  # type: ignore[arg-type]
-    app.add_exception_handler(EngineError, _server_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    """One error body everywhere (``server.http.errors``), the engine's errors included."""
+    install_error_handlers(app, logger=logger)
+    app.add_exception_handler(EngineError, _engine_error)  # type: ignore[arg-type]
 
 
-async def _server_error(request: Request, exc: ServerError | EngineError) -> Response:
-    status, code = status_of(exc)
+async def _engine_error(request: Request, exc: EngineError) -> Response:
+    status, code = engine_status(exc)
     if status >= 500:
         logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
-    headers = exc.headers() if isinstance(exc, ServerError) else None
-    return _error(status, code, str(exc), headers)
-
-
-async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
-    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    return _error(422, ErrorCode.INVALID_REQUEST, problems)
-
-
-async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-    return _error(exc.status_code, ErrorCode.HTTP_ERROR, str(exc.detail))
-
-
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    body = error_bytes(code, message)
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return error_response(status, code, str(exc))

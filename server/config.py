@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
@@ -28,6 +28,7 @@ from rollgym.engine.config import EngineConfig, WeightCheckConfig
 from rollgym.engine.precision import admitted_verdict
 from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.access.env_access import EnvAccessConfig
+from rollgym.server.http.auth import AdminToken
 
 
 class _Config(BaseModel):
@@ -137,7 +138,7 @@ class ServerSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    admin_token: SecretStr = Field(description="bearer token of the admin routes")
+    admin_token: AdminToken = Field(description="bearer token of the admin routes")
     data_dir: Path = Field(
         default_factory=lambda: paths.data_home() / "server",
         description="the SQLite buffer and staged weights live here",
@@ -176,13 +177,6 @@ class ServerSettings(BaseSettings):
         if any(s.get_secret_value() == admin for s in self.agents.secrets().values()):
             raise ValueError("an agent key equals the admin token: give agents their own keys")
         return self
-
-    @field_validator("admin_token")
-    @classmethod
-    def _strong_token(cls, token: SecretStr) -> SecretStr:
-        if len(token.get_secret_value()) < 16:
-            raise ValueError("admin_token must be at least 16 characters (ROLLGYM_ADMIN_TOKEN)")
-        return token
 
     @property
     def buffer_path(self) -> Path:

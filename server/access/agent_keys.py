@@ -42,7 +42,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
 
-from rollgym.server.errors import Forbidden, QuotaExceeded, Unauthorized
+from rollgym.server.errors import QuotaExceeded
+from rollgym.server.http.errors import Forbidden, Unauthorized
 
 ANONYMOUS = "anonymous"
 SLOT_RETRY_AFTER_S = 5  # a slot frees when a session closes, which the server cannot foresee

@@ -17,17 +17,10 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollgym.contract.wire import ErrorBody, ErrorCode
+from rollgym.contract.wire import ErrorCode
+from rollgym.server.http.errors import error_bytes
 
 logger = logging.getLogger(__name__)
-MAX_MESSAGE_CHARS = 2000
-
-
-def error_bytes(code: str, message: str) -> bytes:
-    """The one error body, encoded: any text a client sent (even a lone surrogate) is escaped
-    so that encoding the answer can never fail."""
-    safe = message[:MAX_MESSAGE_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
-    return ErrorBody(error=code, message=safe).model_dump_json().encode()
 
 
 async def _answer(send: Send, status: int, code: str, message: str) -> None:

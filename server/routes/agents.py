@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Response
 
+from rollgym.contract import api
 from rollgym.contract.wire import (
     Health,
     PolicyInfo,
@@ -14,23 +15,24 @@ from rollgym.contract.wire import (
     SessionStep,
     SessionStepResult,
 )
+from rollgym.server.http.declared import declared
 from rollgym.server.observability.metrics import CONTENT_TYPE
 from rollgym.server.routes.deps import AgentDep, ServicesDep
 
 router = APIRouter()
 
 
-@router.get("/health")
+@declared(router, api.HEALTH)
 async def health(services: ServicesDep) -> Health:
     return Health(policy_version=services.engine.policy_version)
 
 
-@router.get("/metrics")
+@declared(router, api.METRICS)
 async def metrics(services: ServicesDep) -> Response:
     return Response(services.metrics.render(), media_type=CONTENT_TYPE)
 
 
-@router.get("/v1/policy")
+@declared(router, api.POLICY)
 async def policy(services: ServicesDep) -> PolicyInfo:
     return PolicyInfo(
         policy_version=services.engine.policy_version,
@@ -39,7 +41,7 @@ async def policy(services: ServicesDep) -> PolicyInfo:
     )
 
 
-@router.post("/v1/sessions", status_code=status.HTTP_201_CREATED)
+@declared(router, api.SESSION_CREATE)
 async def create_session(
     body: SessionCreate, services: ServicesDep, agent: AgentDep
 ) -> SessionCreated:
@@ -51,13 +53,13 @@ async def create_session(
         raise
 
 
-@router.post("/v1/sessions/{session_id}/step")
+@declared(router, api.SESSION_STEP)
 async def step_session(
     session_id: str, body: SessionStep, services: ServicesDep, agent: AgentDep
 ) -> SessionStepResult:
     return await services.sessions.step(session_id, body.action, agent=agent.name)
 
 
-@router.delete("/v1/sessions/{session_id}")
+@declared(router, api.SESSION_CLOSE)
 async def close_session(session_id: str, services: ServicesDep, agent: AgentDep) -> SessionClosed:
     return await services.sessions.close(session_id, agent=agent.name)

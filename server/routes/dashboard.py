@@ -20,18 +20,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Response
 
+from rollgym.contract import api
 from rollgym.contract.dashboard import (
     AlarmPoint,
     DashboardData,
+    DashboardQuery,
     TrainerAccepted,
     TrainerReport,
 )
 from rollgym.server.errors import NotFound
+from rollgym.server.http.declared import declared
 from rollgym.server.observability.cost import live_board
 from rollgym.server.routes.deps import ServicesDep, require_admin
 
 router = APIRouter()
-admin_router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+admin_router = APIRouter(dependencies=[Depends(require_admin)])
 
 _ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 
@@ -41,17 +44,13 @@ def _asset(name: str) -> bytes:
     return resources.files("rollgym.server.dashboard").joinpath(name).read_bytes()
 
 
-@router.get("/dashboard", include_in_schema=False)
+@declared(router, api.DASHBOARD_PAGE, include_in_schema=False)
 async def page() -> Response:
     return Response(_asset("index.html"), media_type="text/html; charset=utf-8")
 
 
-@router.get("/dashboard/data")
-async def data(
-    services: ServicesDep,
-    buckets: Annotated[int, Query(ge=1, le=1000)] = 60,
-    points: Annotated[int, Query(ge=2, le=5000)] = 600,
-) -> DashboardData:
+@declared(router, api.DASHBOARD_DATA)
+async def data(services: ServicesDep, query: Annotated[DashboardQuery, Query()]) -> DashboardData:
     """Everything the page draws (``buckets`` stage slices, at most ``points`` readings)."""
     recorder = services.dashboard
     now = recorder.clock()
@@ -69,8 +68,8 @@ async def data(
         trainer_version=services.buffer.trainer_version,
         trainer_step=reports[-1].step if reports else None,
         totals=totals,
-        stages=recorder.stage_view(now, buckets),
-        series=recorder.series(points),
+        stages=recorder.stage_view(now, query.buckets),
+        series=recorder.series(query.points),
         latency=recorder.latency(),
         version_lag=recorder.version_lags(),
         rewards=recorder.rewards(),
@@ -79,14 +78,14 @@ async def data(
     )
 
 
-@router.get("/dashboard/{name}", include_in_schema=False)
+@declared(router, api.DASHBOARD_ASSET, include_in_schema=False)
 async def asset(name: str) -> Response:
     if name not in _ASSETS:  # declared after /dashboard/data, which it must not shadow
         raise NotFound(f"no dashboard asset {name!r}")
     return Response(_asset(name), media_type=_ASSETS[name])
 
 
-@admin_router.post("/dashboard/trainer")
+@declared(admin_router, api.TRAINER_REPORT)
 async def trainer_report(body: TrainerReport, services: ServicesDep) -> TrainerAccepted:
     """The trainer's step: its busy spans become the training stage."""
     spans = services.dashboard.trainer_report(body)

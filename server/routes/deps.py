@@ -8,7 +8,6 @@ a busy 2-core machine, several per request).
 from __future__ import annotations
 
 import dataclasses
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
@@ -20,7 +19,7 @@ from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder
-from rollgym.server.errors import Forbidden, Unauthorized
+from rollgym.server.http.auth import admin_dependency
 from rollgym.server.observability.cost import CostMeter
 from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.episode import EpisodeRunner
@@ -56,16 +55,8 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def require_admin(
-    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
-) -> None:
-    """Admin routes need ``Authorization: Bearer <ROLLGYM_ADMIN_TOKEN>`` (401/403)."""
-    if not authorization:
-        raise Unauthorized("admin routes need the header 'Authorization: Bearer <token>'")
-    scheme, _, token = authorization.partition(" ")
-    expected = services.settings.admin_token.get_secret_value()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
-        raise Forbidden("the bearer token is not the admin token")
+require_admin = admin_dependency(lambda request: request.app.state.services.settings.admin_token)
+"""Admin routes need ``Authorization: Bearer <ROLLGYM_ADMIN_TOKEN>`` (401/403)."""
 
 
 async def require_agent(

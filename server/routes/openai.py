@@ -28,14 +28,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
-from rollgym.contract.wire import SamplingSettings
-from rollgym.engine.base import Generation, PolicyEngine
-from rollgym.server.conversation.codec import ChatCodec, ChatInputError
-from rollgym.server.conversation.toolcalls import parse_tool_calls
-from rollgym.server.errors import BadRequest
-from rollgym.server.http.offload import by_size
-from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
-from rollgym.server.routes.openai_schema import (
+from rollgym.contract import api
+from rollgym.contract.openai import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,
@@ -52,19 +46,27 @@ from rollgym.server.routes.openai_schema import (
     ToolCall,
     usage,
 )
+from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.server.conversation.codec import ChatCodec, ChatInputError
+from rollgym.server.conversation.toolcalls import parse_tool_calls
+from rollgym.server.errors import BadRequest
+from rollgym.server.http.declared import declared
+from rollgym.server.http.offload import by_size
+from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_stream import chat_chunks, sse
 from rollgym.server.sessions.manager import ModelAnswer
 
-router = APIRouter(prefix="/v1")
+router = APIRouter()
 VERSION_HEADER = "X-Policy-Version"
 
 
-@router.get("/models")
+@declared(router, api.MODELS)
 async def models(services: ServicesDep) -> ModelList:
     return ModelList(data=[ModelCard(id=services.settings.engine.model_name)])
 
 
-@router.post("/chat/completions", response_model=ChatCompletion)
+@declared(router, api.CHAT)
 async def chat_completions(
     body: ChatCompletionRequest,
     response: Response,
@@ -154,7 +156,7 @@ async def _n_generations(
     )
 
 
-@router.post("/completions")
+@declared(router, api.COMPLETIONS)
 async def completions(
     body: CompletionRequest, response: Response, services: ServicesDep, agent: AgentDep
 ) -> Completion:
