@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
+from rollgym.contract.shape import GroupsPerBatch, MaxStaleness
 from rollgym.engine.config import EngineConfig, WeightCheckConfig
 from rollgym.engine.precision import admitted_verdict
 from rollgym.server.access.agent_keys import AgentKeysConfig
@@ -69,8 +70,10 @@ class SessionConfig(_Config):
         description="a group not settled this long after its first session opened is settled "
         "with what it has: its valid episodes if at least 2, else set aside as invalid",
     )
-    max_staleness: int = Field(1, ge=0, description="the window with no rollout job running")
-    groups_per_batch: int = Field(32, ge=1, description="the window with no rollout job running")
+    # The window with no job running, in the run shape's types (rollgym.contract.shape; each
+    # session group names its own size): wide by default, for many agents at once.
+    max_staleness: MaxStaleness = 1
+    groups_per_batch: GroupsPerBatch = 32
     retry_after_s: int = Field(5, ge=1, description="Retry-After of a 429 for a full window")
 
 
