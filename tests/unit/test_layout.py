@@ -4,7 +4,7 @@ pyproject's ``package-dir`` makes each top-level folder a subpackage of the one 
 (``server/app.py`` is ``rollgym.server.app``, and has no other name). Layers, bottom to
 top (a package may import its own layer and the layers below it)::
 
-    rollgym.contract                 wire and dashboard schemas, staleness rule, paths
+    rollgym.contract                 the API declared once, schemas, the run's shape, rules
     rollgym.sandboxes                Docker boxes
     rollgym.envs                     Gymnasium environments
     rollgym.engine                   the engine floor: vLLM, weight updates (no HTTP)
@@ -13,7 +13,10 @@ top (a package may import its own layer and the layers below it)::
     rollgym.cluster                  servers on Ray behind a router: above the server
     rollgym.run, rollgym.cli, ...    the applications on top
 
-Every import counts, including those inside functions (lazy imports are still arrows).
+The engine floor imports the contract alone: nothing of the server's HTTP application.
+Inside a package, a floor imports nothing of the package around it (``FLOORS``): the
+server's HTTP face (``rollgym.server.http``), which the cluster's router shares. Every import
+counts, including those inside functions (lazy imports are still arrows).
 """
 
 from __future__ import annotations
