@@ -29,4 +29,4 @@ lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
 typecheck:
-	.venv/bin/mypy
+	$(PY) scripts/typecheck.py

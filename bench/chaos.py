@@ -155,7 +155,7 @@ def _persisted_version(server) -> int:
     """The version the killed server's store names: what it must come back at. A push may
     land between reading ``/health`` and the kill, and the engine's version moves at the
     swap, just before the store commits it: so it can differ from the last one read."""
-    from rollgym.server.weights.store import PolicyStore
+    from rollgym.engine.weights.store import PolicyStore
 
     saved = PolicyStore(server.data_dir / "policy").load()
     return 0 if saved is None else saved[1]

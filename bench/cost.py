@@ -5,7 +5,7 @@
 
 For each model (the default rollgym-tiny; SmolLM2-135M-Instruct when pulled) and each
 workload, the same episodes run with speculation **off** (an engine without a drafter:
-the baseline), **on** (drafting always) and **gated** (``server.engine.speculation``: a
+the baseline), **on** (drafting always) and **gated** (``engine.vllm.speculation``: a
 fresh gated engine per repeat, which starts plain and switches to a drafting engine when
 its replay of the drafter says drafts would pay, as a server runs it); rows give tokens/s,
 CPU-seconds (server and engine process) per 1k generated tokens and the acceptance rate
@@ -24,7 +24,7 @@ the gated engine's switch to a drafting engine and back (``VLLMEngine.set_drafti
 new engine starts while the old one serves), with requests of the workload running.
 
 **Precision**: the same held-out GuessNumber seeds at float32 and bfloat16
-(``rollgym.precision``): tokens/s, success with 95% intervals, the KL between them.
+(``rollgym.evaluation``): tokens/s, success with 95% intervals, the KL between them.
 
 **Export**: 10,000 synthetic trajectories curated (exact + MinHash dedup) and written in
 all three formats, against dumping them as JSON lines (target: at most 30 s).
@@ -53,13 +53,13 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 from bench.server import Row, print_table
 from rollgym.contract.paths import default_model_dir, models_dir
 from rollgym.contract.wire import EnvMessage, SamplingSettings, Trajectory, TurnRecord
+from rollgym.engine.config import EngineConfig, SpeculationConfig
+from rollgym.engine.errors import EngineFailure
+from rollgym.engine.vllm.engine import VLLMEngine
+from rollgym.engine.vllm.speculation import drafting_step_cost, tokens_per_step
 from rollgym.envs.spaces import ChatText, Messages
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import EngineConfig, SpeculationConfig
-from rollgym.server.cost import DeviceClock
-from rollgym.server.engine.speculation import drafting_step_cost, tokens_per_step
-from rollgym.server.engine.vllm_engine import VLLMEngine
-from rollgym.server.errors import EngineFailure
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.observability.cost import DeviceClock
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 
@@ -256,7 +256,7 @@ async def speculation_rows(
 
 
 async def precision_rows(label: str, model_dir: Path, episodes: int) -> list[Row]:
-    from rollgym.precision.measure import HeldOutTask, compare_precisions
+    from rollgym.evaluation.measure import HeldOutTask, compare_precisions
     from rollgym.trainer.evaluate import held_out_seeds
 
     task = HeldOutTask(

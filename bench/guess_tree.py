@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM
 
 from rollgym.envs.messages import Message, assistant
 from rollgym.run.warmstart import BUILT_IN_RULES, tokenize_conversation
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 
 
 @dataclasses.dataclass

@@ -57,15 +57,16 @@ import uvloop
 from bench.server import print_table
 from rollgym.contract import paths
 from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.vllm.engine import VLLMEngine
+from rollgym.engine.weights.safetensors_check import checkpoint_files
 from rollgym.models.catalog import CATALOG
 from rollgym.models.pull import is_pulled
 from rollgym.run.loopback import on_loopback
-from rollgym.server.agent_keys import AgentKeysConfig
+from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.app import create_app
-from rollgym.server.config import EngineConfig, ServerSettings
-from rollgym.server.engine.vllm_engine import VLLMEngine
+from rollgym.server.config import ServerSettings
 from rollgym.server.routes.deps import Services
-from rollgym.server.weights.safetensors_check import checkpoint_files
 
 ADMIN_TOKEN = "bench-admin-token-0000"
 AGENT_KEY = "bench-agent-key-000000"

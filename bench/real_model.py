@@ -35,11 +35,11 @@ from bench.learning import difference_interval
 from bench.server import Row, cpu_seconds, print_table
 from rollgym.contract import paths
 from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.models.catalog import CATALOG
 from rollgym.models.pull import is_pulled, pull
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import EngineConfig
-from rollgym.server.engine.vllm_engine import VLLMEngine
+from rollgym.server.conversation.codec import ChatCodec
 
 MODEL = CATALOG["smollm2-135m-instruct"]
 QUESTIONS = [

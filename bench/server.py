@@ -50,12 +50,13 @@ import psutil  # vLLM's own dependency
 
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings, Trajectory
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.envs.spaces import ChatText, Messages
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import BufferConfig, EngineConfig, RunnerConfig
-from rollgym.server.engine.vllm_engine import VLLMEngine
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.buffer.store import TrajectoryBuffer
+from rollgym.server.config import BufferConfig, RunnerConfig
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner

@@ -53,13 +53,14 @@ from bench.server import Row, print_table
 from examples.agents.httpx_agent import Task, agent_client, play_episode, served_model
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.wire import PullRequest, PullResponse, SamplingSettings, Trajectory
+from rollgym.engine.base import Generation
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.vllm.engine import VLLMEngine
 from rollgym.run.loopback import on_loopback
 from rollgym.run.server_process import ServerProcess
-from rollgym.server.agent_keys import AgentKeysConfig
+from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.app import create_app
-from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
-from rollgym.server.engine.vllm_engine import VLLMEngine
-from rollgym.server.policy import Generation
+from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.rollout.episode import EpisodeSpec
 
 ENV_ID = "rollgym/ToolUse-v0"

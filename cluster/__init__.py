@@ -12,10 +12,15 @@ A package above ``rollgym.server`` (the server knows nothing of the cluster)::
     supervisor.py  Ray: servers as actors with resources and restarts
     actor.py       ServerHost, the actor that is one ``rollgym serve``
     aggregate.py   /metrics and the dashboard's data over every server
-    router.py      the router app: one entry point, the API of one server
+    archive.py     the archive over every server, by one cursor
+    router.py      the router app: one entry point, the API of one server (its routes are
+                   rollgym.contract.api's; errors and the admin check, rollgym.server.http's)
     metrics.py     the router's own metrics; status.py: ``GET /admin/cluster``
     config.py      ClusterConfig (ROLLGYM_CLUSTER__*); errors.py: the error tree
     commands.py    ``rollgym cluster up | status | down``
 
 See ``docs/cluster.md``.
 """
+
+if __name__ != "rollgym.cluster":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.cluster, not {__name__}: one module, one name")

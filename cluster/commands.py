@@ -101,10 +101,10 @@ def _headers() -> dict[str, str]:
 def _status(args: argparse.Namespace) -> int:
     import httpx
 
-    from rollgym.cluster.status import ClusterStatus
+    from rollgym.cluster.status import STATUS, ClusterStatus
 
     try:
-        answer = httpx.get(f"{_url(args)}/admin/cluster", headers=_headers(), timeout=10)
+        answer = httpx.get(_url(args) + STATUS.path, headers=_headers(), timeout=10)
     except httpx.TransportError as exc:
         print(f"rollgym cluster status: no router answers at {_url(args)} ({exc})")
         return 1
@@ -119,9 +119,12 @@ def _down(args: argparse.Namespace, timeout_s: float = 300.0) -> int:
     """Ask the router to stop everything; it answers once the servers and Ray are gone."""
     import httpx
 
+    from rollgym.cluster.status import DOWN
+    from rollgym.contract import api
+
     url = _url(args)
     try:
-        answer = httpx.post(f"{url}/admin/cluster/down", headers=_headers(), timeout=timeout_s)
+        answer = httpx.post(url + DOWN.path, headers=_headers(), timeout=timeout_s)
     except httpx.ConnectError:
         print(f"rollgym cluster down: no router answers at {url}: nothing to stop")
         return 0
@@ -131,7 +134,7 @@ def _down(args: argparse.Namespace, timeout_s: float = 300.0) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            httpx.get(f"{url}/health", timeout=2)
+            httpx.get(url + api.HEALTH.path, timeout=2)
         except httpx.TransportError:
             print("rollgym cluster down: the servers, Ray and the router are stopped")
             return 0

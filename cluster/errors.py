@@ -1,10 +1,10 @@
 """The cluster's errors: one root, each with the HTTP status and code the router answers.
 
-::
+``ClusterError`` grows from ``rollgym.server.http.errors.HttpError``, the root the server's
+errors share, so one handler answers both with one body; a missing or wrong admin token is
+that module's ``Unauthorized`` or ``Forbidden`` (raised by the one admin check)::
 
     ClusterError                      500 server_error
-    ├── Unauthorized                  401 unauthorized: an admin route without a token
-    ├── Forbidden                     403 forbidden: the wrong token
     ├── NoWeightFiles                 400 bad_weights: a weights path with no safetensors
     ├── WeightsTooLarge               413 weights_too_large: an upload over the limit
     ├── NoServer                      503 no_server: nothing in rotation (all restarting)
@@ -22,26 +22,11 @@ reaches a client.
 from __future__ import annotations
 
 from rollgym.contract.wire import ErrorBody, ErrorCode
+from rollgym.server.http.errors import HttpError
 
 
-class ClusterError(Exception):
+class ClusterError(HttpError):
     """Root of the cluster's errors (see the module docstring)."""
-
-    status = 500
-    code: str = ErrorCode.SERVER_ERROR
-
-    def body(self) -> ErrorBody:
-        return ErrorBody(error=self.code, message=str(self))
-
-
-class Unauthorized(ClusterError):
-    status = 401
-    code = ErrorCode.UNAUTHORIZED
-
-
-class Forbidden(ClusterError):
-    status = 403
-    code = ErrorCode.FORBIDDEN
 
 
 class NoWeightFiles(ClusterError):

@@ -10,14 +10,18 @@ Agents, the trainer and the dashboard use it exactly as they use ``rollgym serve
 | ``/v1/chat/completions``, ``/v1/completions`` without one | the least-loaded server |
 | ``/health``, ``/v1/policy`` | answered here, with the cluster's version |
 | ``/metrics``, ``/dashboard/data`` | every server's, merged (``cluster.aggregate``) |
+| ``GET /admin/archive`` | every server's archive in turn, by one cursor (``cluster.archive``) |
 | ``/admin/weights...`` | the control plane: one staged copy to every server, one version |
 | ``/admin/rollouts`` | every server, each with its share of the budget (``cluster.work``) |
 | ``/admin/evaluations`` | the least-loaded server plays the whole evaluation (all serve one version) |
 | ``/admin/buffer/pull``, ``/ack`` | every server's buffer; acks to the owner |
 | ``/admin/cluster`` | the cluster's status; ``POST /admin/cluster/down`` stops everything |
 
-Every forwarded answer carries ``X-Rollgym-Server`` (which server answered). A call whose
-server died gets ``503 server_lost``; with no server in rotation, ``503 no_server``.
+The routes are the server's own declarations (``rollgym.contract.api``; a test checks that
+the router answers every one of them) and the router's two (``cluster.status``). Every
+forwarded answer carries ``X-Rollgym-Server`` (which server answered). A call whose server
+died gets ``503 server_lost``; with no server in rotation, ``503 no_server``. Errors, the
+admin check and the admin token's rule are the server's (``rollgym.server.http``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hmac
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from pathlib import Path
@@ -33,35 +36,31 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rollgym.cluster.aggregate import merge_dashboards, relabel
+from rollgym.cluster.archive import read_archive
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.control import Connect, ControlPlane
-from rollgym.cluster.errors import (
-    ClusterError,
-    Forbidden,
-    ServerLost,
-    ServerUnreachable,
-    Unauthorized,
-    UnknownSession,
-)
+from rollgym.cluster.errors import ServerLost, ServerUnreachable, UnknownSession
 from rollgym.cluster.fleet import Slot
 from rollgym.cluster.metrics import RouterMetrics
 from rollgym.cluster.routing import Owner
 from rollgym.cluster.servers import HttpServer, Reply
-from rollgym.cluster.status import ClusterStatus
+from rollgym.cluster.status import DOWN, STATUS, ClusterStatus
 from rollgym.cluster.supervisor import RaySupervisor, Supervisor
 from rollgym.cluster.weights import WeightStore
-from rollgym.contract.dashboard import DashboardData, TrainerAccepted, TrainerReport
+from rollgym.contract import api
+from rollgym.contract.archive import ArchivePage, ArchiveQuery
+from rollgym.contract.dashboard import (
+    DashboardData,
+    DashboardQuery,
+    TrainerAccepted,
+    TrainerReport,
+)
 from rollgym.contract.wire import (
     AckRequest,
     AckResponse,
-    ErrorBody,
-    ErrorCode,
     Health,
     NcclInit,
     NcclUpdate,
@@ -74,7 +73,10 @@ from rollgym.contract.wire import (
     WeightsFromPath,
     WeightUpdateResult,
 )
-from rollgym.server.session_groups import group_name
+from rollgym.server.http.auth import admin_dependency
+from rollgym.server.http.declared import declared
+from rollgym.server.http.errors import install_error_handlers
+from rollgym.server.sessions.groups import group_name
 
 SERVER_HEADER = "X-Rollgym-Server"
 MAX_WEIGHT_BYTES = 16 << 30
@@ -119,11 +121,9 @@ def create_router(
     app = FastAPI(title="rollgym cluster router", lifespan=lifespan)
     app.include_router(agents)
     app.include_router(admin)
-    for path, endpoint, methods in PASS_THROUGH:
-        app.add_route(path, endpoint, methods=methods)
-    app.add_exception_handler(ClusterError, _cluster_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    for route, endpoint in PASS_THROUGH:
+        app.add_route(route.path, endpoint, methods=[route.method])
+    install_error_handlers(app)
     return app
 
 
@@ -141,19 +141,9 @@ async def _cluster(request: Request) -> Cluster:
 ClusterDep = Annotated[Cluster, Depends(_cluster)]
 
 
-async def require_admin(
-    cluster: ClusterDep, authorization: Annotated[str | None, Header()] = None
-) -> None:
-    if not authorization:
-        raise Unauthorized("admin routes need the header 'Authorization: Bearer <token>'")
-    scheme, _, given = authorization.partition(" ")
-    expected = cluster.config.admin_token.get_secret_value()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected.encode()):
-        raise Forbidden("the bearer token is not the admin token")
-
-
+require_admin = admin_dependency(lambda request: get_cluster(request).config.admin_token)
 agents = APIRouter()
-admin = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+admin = APIRouter(dependencies=[Depends(require_admin)])
 
 
 # --- forwarding -------------------------------------------------------------------------
@@ -207,13 +197,13 @@ def _session_slot(cluster: Cluster, session_id: str) -> Slot:
 # --- agents -----------------------------------------------------------------------------
 
 
-@agents.get("/health")
+@declared(agents, api.HEALTH)
 async def health(cluster: ClusterDep) -> Health:
     cluster.control.fleet.pick()  # NoServer (503) while none is in rotation
     return Health(policy_version=cluster.control.version)
 
 
-@agents.get("/v1/policy")
+@declared(agents, api.POLICY)
 async def policy(cluster: ClusterDep) -> PolicyInfo:
     model = await _model_name(cluster)
     return PolicyInfo(
@@ -224,7 +214,7 @@ async def policy(cluster: ClusterDep) -> PolicyInfo:
 async def _model_name(cluster: Cluster) -> str:
     slot = cluster.control.fleet.pick()
     assert slot.api is not None
-    reply = await slot.api.forward("GET", "/v1/models", {}, b"")
+    reply = await slot.api.forward(api.MODELS.method, api.MODELS.path, {}, b"")
     return str(orjson.loads(reply.body)["data"][0]["id"])
 
 
@@ -313,11 +303,11 @@ async def completions(request: Request) -> Response:
     return await forward(cluster, cluster.control.fleet.pick(), request, "completions")
 
 
-@agents.get("/metrics")
+@declared(agents, api.METRICS)
 async def metrics(cluster: ClusterDep) -> Response:
     rotation = cluster.control.fleet.rotation()
     replies = await asyncio.gather(
-        *(s.api.forward("GET", "/metrics", {}, b"") for s in rotation if s.api is not None),
+        *(s.api.forward("GET", api.METRICS.path, {}, b"") for s in rotation if s.api is not None),
         return_exceptions=True,
     )
     texts = {
@@ -334,14 +324,12 @@ async def dashboard_page(request: Request) -> Response:
     return await forward(cluster, cluster.control.fleet.pick(), request, "dashboard")
 
 
-@agents.get("/dashboard/data")
+@declared(agents, api.DASHBOARD_DATA)
 async def dashboard_data(
-    cluster: ClusterDep,
-    buckets: Annotated[int, Query(ge=1, le=1000)] = 60,
-    points: Annotated[int, Query(ge=2, le=5000)] = 600,
+    cluster: ClusterDep, query: Annotated[DashboardQuery, Query()]
 ) -> DashboardData:
     """Every server's dashboard data, merged (``cluster.aggregate.merge_dashboards``)."""
-    path = f"/dashboard/data?buckets={buckets}&points={points}"
+    path = f"{api.DASHBOARD_DATA.path}?buckets={query.buckets}&points={query.points}"
     cluster.control.fleet.pick()  # NoServer (503) while none is in rotation
     rotation = cluster.control.fleet.rotation()
     replies = await asyncio.gather(
@@ -359,21 +347,21 @@ async def dashboard_data(
 
 
 PASS_THROUGH = (
-    ("/v1/models", models, ["GET"]),
-    ("/v1/sessions", create_session, ["POST"]),
-    ("/v1/sessions/{session_id}/step", step_session, ["POST"]),
-    ("/v1/sessions/{session_id}", close_session, ["DELETE"]),
-    ("/v1/chat/completions", chat, ["POST"]),
-    ("/v1/completions", completions, ["POST"]),
-    ("/dashboard", dashboard_page, ["GET"]),
-    ("/dashboard/{name}", dashboard_page, ["GET"]),  # after /dashboard/data (FastAPI's)
+    (api.MODELS, models),
+    (api.SESSION_CREATE, create_session),
+    (api.SESSION_STEP, step_session),
+    (api.SESSION_CLOSE, close_session),
+    (api.CHAT, chat),
+    (api.COMPLETIONS, completions),
+    (api.DASHBOARD_PAGE, dashboard_page),
+    (api.DASHBOARD_ASSET, dashboard_page),  # after /dashboard/data (FastAPI's)
 )
 
 
 # --- admin ------------------------------------------------------------------------------
 
 
-@admin.post("/weights")
+@declared(admin, api.WEIGHTS_UPLOAD)
 async def upload_weights(
     request: Request,
     cluster: ClusterDep,
@@ -384,56 +372,62 @@ async def upload_weights(
     return await cluster.control.update(staged, x_expected_version)
 
 
-@admin.post("/weights/from-path")
+@declared(admin, api.WEIGHTS_FROM_PATH)
 async def weights_from_path(body: WeightsFromPath, cluster: ClusterDep) -> WeightUpdateResult:
     staged = await asyncio.to_thread(cluster.control.store.stage_path, Path(body.path))
     return await cluster.control.update(staged, body.expected_version)
 
 
-@admin.post("/weights/nccl/init")
+@declared(admin, api.NCCL_INIT)
 async def nccl_init(body: NcclInit, cluster: ClusterDep) -> PolicyInfo:
     """GPU hosts: every server joins the trainer's NCCL group (one rank each, in order)."""
     return await cluster.control.nccl_init(body)
 
 
-@admin.post("/weights/nccl")
+@declared(admin, api.NCCL_UPDATE)
 async def nccl_update(body: NcclUpdate, cluster: ClusterDep) -> WeightUpdateResult:
     """GPU hosts: every server receives the broadcast the trainer starts after this call."""
     return await cluster.control.update_nccl(body)
 
 
-@admin.post("/rollouts")
+@declared(admin, api.ROLLOUTS_START)
 async def start_rollouts(body: RolloutJob, cluster: ClusterDep) -> RolloutStatus:
     return await cluster.control.work.start(body)
 
 
-@admin.get("/rollouts")
+@declared(admin, api.ROLLOUTS)
 async def rollout_status(cluster: ClusterDep) -> RolloutStatus:
     return await cluster.control.work.status()
 
 
-@admin.delete("/rollouts")
+@declared(admin, api.ROLLOUTS_STOP)
 async def stop_rollouts(cluster: ClusterDep, drain: bool = False) -> RolloutStatus:
     return await cluster.control.work.stop(drain)
 
 
-@admin.post("/evaluations")
+@declared(admin, api.EVALUATE)
 async def evaluation(request: Request) -> Response:
     cluster = get_cluster(request)
     return await forward(cluster, cluster.control.fleet.pick(), request, "evaluations")
 
 
-@admin.post("/buffer/pull")
+@declared(admin, api.PULL)
 async def pull(body: PullRequest, cluster: ClusterDep) -> PullResponse:
     return await cluster.control.work.pull(body, cluster.control.version)
 
 
-@admin.post("/buffer/ack")
+@declared(admin, api.ACK)
 async def ack(body: AckRequest, cluster: ClusterDep) -> AckResponse:
     return AckResponse(acked=await cluster.control.work.ack(body.group_ids))
 
 
-@admin.post("/dashboard/trainer")
+@declared(admin, api.ARCHIVE)
+async def archive(cluster: ClusterDep, query: Annotated[ArchiveQuery, Query()]) -> ArchivePage:
+    """Every server's archive in turn, by one cursor (``cluster.archive``)."""
+    return await read_archive(cluster.control.fleet, query)
+
+
+@declared(admin, api.TRAINER_REPORT)
 async def trainer_report(body: TrainerReport, cluster: ClusterDep) -> TrainerAccepted:
     """The trainer's step report goes to every server (each shows the training stage)."""
     payload = body.model_dump_json().encode()
@@ -441,7 +435,7 @@ async def trainer_report(body: TrainerReport, cluster: ClusterDep) -> TrainerAcc
     rotation = cluster.control.fleet.rotation()
     replies = await asyncio.gather(
         *(
-            s.api.forward("POST", "/admin/dashboard/trainer", headers | _auth(cluster), payload)
+            s.api.forward("POST", api.TRAINER_REPORT.path, headers | _auth(cluster), payload)
             for s in rotation
             if s.api is not None
         ),
@@ -457,12 +451,12 @@ def _auth(cluster: Cluster) -> dict[str, str]:
     return {"authorization": f"Bearer {cluster.config.admin_token.get_secret_value()}"}
 
 
-@admin.get("/cluster")
+@declared(admin, STATUS)
 async def cluster_status(cluster: ClusterDep) -> ClusterStatus:
     return cluster.control.status()
 
 
-@admin.post("/cluster/down")
+@declared(admin, DOWN)
 async def cluster_down(cluster: ClusterDep) -> ClusterStatus:
     """Stop every server and Ray, then the router (as Ctrl-C on ``cluster up`` would).
 
@@ -471,22 +465,3 @@ async def cluster_down(cluster: ClusterDep) -> ClusterStatus:
     await cluster.control.close()
     asyncio.get_running_loop().call_soon(cluster.stop)
     return status
-
-
-# --- errors -----------------------------------------------------------------------------
-
-
-async def _cluster_error(request: Request, exc: ClusterError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(exc.body().model_dump(), status_code=exc.status, headers=headers)
-
-
-async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    body = ErrorBody(error=ErrorCode.INVALID_REQUEST, message=problems)
-    return JSONResponse(body.model_dump(), status_code=422)
-
-
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    body = ErrorBody(error=ErrorCode.HTTP_ERROR, message=str(exc.detail))
-    return JSONResponse(body.model_dump(), status_code=exc.status_code)

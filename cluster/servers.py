@@ -18,9 +18,11 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 
 from rollgym.cluster.errors import ServerAnswered, ServerUnreachable
+from rollgym.contract import api
+from rollgym.contract.api import Route
+from rollgym.contract.archive import ArchivePage, ArchiveQuery
 from rollgym.contract.wire import (
     AckRequest,
-    AckResponse,
     ErrorBody,
     ErrorCode,
     Health,
@@ -53,7 +55,7 @@ class Reply:
 
 
 class ServerAPI(Protocol):
-    """What the cluster asks of one server (the routes of ``docs/http-api.md``)."""
+    """What the cluster asks of one server (routes of ``rollgym.contract.api``)."""
 
     url: str
 
@@ -76,6 +78,8 @@ class ServerAPI(Protocol):
     async def stop_rollouts(self, drain: bool) -> RolloutStatus: ...
 
     async def rollouts(self) -> RolloutStatus: ...
+
+    async def archive(self, query: ArchiveQuery) -> ArchivePage: ...
 
     async def forward(
         self, method: str, path: str, headers: Mapping[str, str], body: bytes
@@ -105,41 +109,40 @@ class HttpServer:
             self._session = None
 
     async def health(self) -> Health:
-        return await self._call(Health, "GET", "/health", admin=False, timeout_s=5.0)
+        return await self._call(api.HEALTH, timeout_s=5.0)
 
     async def pull(self, request: PullRequest) -> PullResponse:
-        return await self._call(PullResponse, "POST", "/admin/buffer/pull", request)
+        return await self._call(api.PULL, request)
 
     async def ack(self, group_ids: Sequence[str]) -> int:
-        body = AckRequest(group_ids=list(group_ids))
-        return (await self._call(AckResponse, "POST", "/admin/buffer/ack", body)).acked
+        return (await self._call(api.ACK, AckRequest(group_ids=list(group_ids)))).acked
 
     async def weights_from_path(self, path: Path, expected: int) -> WeightUpdateResult:
         body = WeightsFromPath(path=str(path), expected_version=expected)
-        return await self._call(WeightUpdateResult, "POST", "/admin/weights/from-path", body)
+        return await self._call(api.WEIGHTS_FROM_PATH, body)
 
     async def upload_weights(self, file: Path, expected: int) -> WeightUpdateResult:
         headers = {"X-Expected-Version": str(expected), "Content-Type": "application/octet-stream"}
         with file.open("rb") as data:
-            return await self._call(
-                WeightUpdateResult, "POST", "/admin/weights", data, headers=headers
-            )
+            return await self._call(api.WEIGHTS_UPLOAD, data, headers=headers)
 
     async def nccl_init(self, body: NcclInit) -> PolicyInfo:
-        return await self._call(PolicyInfo, "POST", "/admin/weights/nccl/init", body)
+        return await self._call(api.NCCL_INIT, body)
 
     async def nccl_update(self, body: NcclUpdate) -> WeightUpdateResult:
-        return await self._call(WeightUpdateResult, "POST", "/admin/weights/nccl", body)
+        return await self._call(api.NCCL_UPDATE, body)
 
     async def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
-        return await self._call(RolloutStatus, "POST", "/admin/rollouts", job)
+        return await self._call(api.ROLLOUTS_START, job)
 
     async def stop_rollouts(self, drain: bool) -> RolloutStatus:
-        path = f"/admin/rollouts?drain={'true' if drain else 'false'}"
-        return await self._call(RolloutStatus, "DELETE", path)
+        return await self._call(api.ROLLOUTS_STOP, query={"drain": "true" if drain else "false"})
 
     async def rollouts(self) -> RolloutStatus:
-        return await self._call(RolloutStatus, "GET", "/admin/rollouts")
+        return await self._call(api.ROLLOUTS)
+
+    async def archive(self, query: ArchiveQuery) -> ArchivePage:
+        return await self._call(api.ARCHIVE, query=query.model_dump())
 
     async def forward(
         self, method: str, path: str, headers: Mapping[str, str], body: bytes
@@ -157,26 +160,29 @@ class HttpServer:
 
     async def _call(
         self,
-        model: type[M],
-        method: str,
-        path: str,
+        route: Route[M],
         body: BaseModel | object | None = None,
         *,
-        admin: bool = True,
+        query: Mapping[str, object] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> M:
-        sent = {**(self._admin if admin else {}), **(headers or {})}
+        """One declared call; the admin token goes with the routes that need it."""
+        assert route.answer is not None
+        sent = {**(self._admin if route.auth == "admin" else {}), **(headers or {})}
         kwargs: dict[str, object] = {"headers": sent}
         if isinstance(body, BaseModel):
             kwargs["data"] = body.model_dump_json()
             sent["Content-Type"] = "application/json"
         elif body is not None:
             kwargs["data"] = body
+        if query:
+            kwargs["params"] = {k: str(v) for k, v in query.items()}
         if timeout_s is not None:
             kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout_s)
+        path = route.path
         try:
-            async with self._http().request(method, self.url + path, **kwargs) as response:  # type: ignore[arg-type]
+            async with self._http().request(route.method, self.url + path, **kwargs) as response:  # type: ignore[arg-type]
                 data = await response.read()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -184,7 +190,7 @@ class HttpServer:
         if status >= 400:
             raise ServerAnswered(status, _error_body(status, data))
         try:
-            return model.model_validate_json(data)
+            return route.answer.model_validate_json(data)
         except ValidationError as exc:
             raise ServerAnswered(
                 502, ErrorBody(error=ErrorCode.SERVER_ERROR, message=f"{path}: bad answer {exc}")

@@ -1,8 +1,14 @@
-"""``GET /admin/cluster``: the cluster as ``rollgym cluster status`` prints it."""
+"""``GET /admin/cluster``: the cluster as ``rollgym cluster status`` prints it.
+
+The router's own two routes, declared as the server's are (``rollgym.contract.api``):
+``STATUS`` reads the cluster, ``DOWN`` stops every server, Ray, then the router.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
+
+from rollgym.contract.api import Route
 
 
 class ServerStatus(BaseModel):
@@ -44,3 +50,7 @@ class ClusterStatus(BaseModel):
 
 def _num(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+STATUS = Route("GET", "/admin/cluster", None, ClusterStatus, auth="admin")
+DOWN = Route("POST", "/admin/cluster/down", None, ClusterStatus, auth="admin")

@@ -62,6 +62,9 @@ from rollgym.envs.messages import Message, Observation
 from rollgym.envs.registration import BUILTIN, BUILTIN_IDS, register_builtin
 from rollgym.envs.serving import ENTRY_POINT_GROUP, load_user_envs, make
 
+if __name__ != "rollgym.envs":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.envs, not {__name__}: one module, one name")
+
 register_builtin()
 
 __all__ = [

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 from rollgym.cluster.commands import add_cluster_commands
 from rollgym.data.commands import add_data_commands
+from rollgym.evaluation.commands import add_eval_commands
 from rollgym.models.commands import add_model_commands
-from rollgym.precision.commands import add_eval_commands
 from rollgym.run.commands import add_training_commands
 
 

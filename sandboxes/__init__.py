@@ -27,3 +27,6 @@ for the settings, ``sandboxes/metrics.py`` for the metric names, and
 Async code: ``async with pool.asandbox() as box: await box.arun_shell(...)``. Metrics:
 pass ``metrics=MetricsRecorder()`` (or any ``MetricsSink``) to the pool.
 """
+
+if __name__ != "rollgym.sandboxes":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.sandboxes, not {__name__}: one module, one name")

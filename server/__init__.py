@@ -1,20 +1,28 @@
-"""The rollout server: vLLM behind FastAPI, weight updates, rollouts, the trajectory buffer.
+"""The rollout server: the HTTP application on the engine floor (``rollgym.engine``): rollouts,
+sessions, the trajectory buffer, weight updates over HTTP, metrics.
 
 Importing this package is cheap; the engine (and vLLM) load only when an app is created.
 ``rollgym.contract.wire`` holds the HTTP schema that clients such as the trainer depend on.
 
     app.py            create_app(settings): routers, lifespan, services on app.state
     config.py         ServerSettings (ROLLGYM_* variables) and one config per component
-    policy.py         the PolicyEngine seam: token ids in, ids + logprobs + version out
-    engine/           VLLMEngine (AsyncLLM in-process), FakeEngine, ObservedEngine
-    weights/          safetensors checks against the served model; WeightUpdater
-    chat.py           messages to tokens once (template diffing); transcript.py: the
-                      per-turn prefix check
-    rollout/          admission (staleness window), seed order, group filter, one
-                      episode, the RolloutRunner
-    buffer.py         durable SQLite buffer: put, long-poll pull with leases, ack
-    sessions.py       external-agent sessions whose episodes become trajectories
-    metrics.py        the Prometheus registry (and the sandbox pool's metrics)
-    routes/           agents (health, metrics, sessions), openai, admin (token)
+    errors.py         ServerError and its tree; the engine's errors' statuses
     serve.py          ``rollgym serve``
+    routes/           one router per area: agents (health, policy, sessions), openai,
+                      admin (token: weights, rollouts, buffer), archive, dashboard
+    rollout/          admission (the staleness window), seed order, group filter, one
+                      episode, the RolloutRunner, held-out evaluations
+    sessions/         external-agent sessions and their GRPO groups
+    conversation/     messages to tokens once, the per-turn prefix check, tool calls, the
+                      one episode recorder
+    buffer/           the durable SQLite buffer (put, long-poll pull with leases, ack) and
+                      its archive
+    access/           agent keys and quotas, the envs each lane may make
+    observability/    the Prometheus registry, ObservedEngine, Server-Timing, the loop
+                      watch, the cost board
+    dashboard/        the live page: the stages' spans, periodic readings, the assets
+    http/             what every request passes: a body cap, a last-resort error answer
 """
+
+if __name__ != "rollgym.server":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.server, not {__name__}: one module, one name")

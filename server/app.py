@@ -1,7 +1,7 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan runs it.
 
 Start-up, in order: the engine (vLLM, or an injected one) and the last applied weights at
-their version (``weights.updater.restore_policy``), the tokenizer, the buffer (SQLite),
+their version (``rollgym.engine.weights.updater.restore_policy``), the tokenizer, the buffer (SQLite),
 the sandbox pool (if configured), the rollout runner (resuming a persisted job) and the
 session manager with its idle sweeper; all of it lives in one ``Services`` on
 ``app.state.services``. Shutdown runs the other way round: the runner stops (running
@@ -9,8 +9,8 @@ groups are dropped and counted; the job stays persisted), sessions close (unfini
 episodes kept aside as invalid), the buffer closes, the pool's boxes are removed, the
 engine shuts down.
 
-Every request passes ``server.guards``: a capped body, and a last-resort answer in the one
-error body for anything no handler translated; ``server.timing`` adds to each answer the
+Every request passes ``server.http.guards``: a capped body, and a last-resort answer in the one
+error body for anything no handler translated; ``server.observability.timing`` adds to each answer the
 server's own reading of where the request's time went (``Server-Timing``).
 
     app = create_app(ServerSettings(admin_token="..."))      # uvicorn.run(app)
@@ -25,39 +25,37 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rollgym.contract.wire import ErrorCode
+from rollgym.engine.base import ServingEngine, StagedWeights
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.errors import EngineError
+from rollgym.engine.precision import admitted_verdict, serving_precision
+from rollgym.engine.weights.safetensors_check import checkpoint_files
+from rollgym.engine.weights.store import PolicyStore
+from rollgym.engine.weights.updater import WeightUpdater, restore_policy
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
-from rollgym.server.agent_keys import AgentKeys, QuotaLedger
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import EngineConfig, SandboxSettings, ServerSettings
-from rollgym.server.cost import CostCollector, CostMeter, live_board
-from rollgym.server.dashboard import router as dashboard
+from rollgym.server.access.agent_keys import AgentKeys, QuotaLedger
+from rollgym.server.buffer.store import TrajectoryBuffer
+from rollgym.server.config import SandboxSettings, ServerSettings
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
-from rollgym.server.dashboard.taps import ObservedBuffer
-from rollgym.server.engine.base import ServingEngine
-from rollgym.server.engine.observed import ObservedEngine
-from rollgym.server.errors import ServerError
-from rollgym.server.guards import BodyLimit, LastResort, error_bytes, watch_loop
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.precision import admitted_verdict, serving_precision
+from rollgym.server.errors import engine_status
+from rollgym.server.http.errors import error_response, install_error_handlers
+from rollgym.server.http.guards import BodyLimit, LastResort
+from rollgym.server.observability.cost import CostCollector, CostMeter, live_board
+from rollgym.server.observability.event_loop import watch_loop
+from rollgym.server.observability.metrics import LiveGauges, ServerMetrics
+from rollgym.server.observability.observed import ObservedEngine
+from rollgym.server.observability.timing import ServerTiming
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.routes import admin, agents, archive, openai
+from rollgym.server.routes import admin, agents, archive, dashboard, openai
 from rollgym.server.routes.deps import Services
-from rollgym.server.sessions import SessionManager
-from rollgym.server.timing import ServerTiming
-from rollgym.server.weights.base import StagedWeights
-from rollgym.server.weights.safetensors_check import checkpoint_files
-from rollgym.server.weights.store import PolicyStore
-from rollgym.server.weights.updater import WeightUpdater, restore_policy
+from rollgym.server.sessions.manager import SessionManager
 
 UPLOAD_ROUTE = "/admin/weights"  # streamed to disk under its own cap, max_weight_bytes
 
@@ -113,14 +111,12 @@ async def _services(
         cost = _cost_meter(settings, engine)
         metrics.registry.register(CostCollector(lambda: live_board(cost, recorder)))
         buffer = await stack.enter_async_context(
-            ObservedBuffer(
-                settings.buffer_path,
-                settings.buffer,
-                recorder=recorder,
-                listeners=[cost.group_stored],
+            TrajectoryBuffer(
+                settings.buffer_path, settings.buffer, observers=[metrics, recorder, cost]
             )
         )
         pool = await _start_pool(settings.sandboxes, metrics, pool_factory, stack)
+        metrics.registry.register(LiveGauges(lambda: engine.policy_version, buffer, pool))
         envs = RegistryEnvs(lambda: pool)
         policy = ObservedEngine(
             engine, metrics.record_generation, recorder.sampling_span, cost.observe
@@ -153,7 +149,6 @@ async def _services(
         stack.push_async_callback(sessions.close_all)
         for task in (sessions.run_sweeper(), watch_loop(metrics)):
             stack.push_async_callback(_cancel, asyncio.create_task(task))
-        metrics.policy_version.set(engine.policy_version)
         reader = functools.partial(_reading, metrics, engine, buffer, cost)
         dashboard_sampler = asyncio.create_task(sample(recorder, reader))
         stack.push_async_callback(_cancel, dashboard_sampler)
@@ -173,7 +168,6 @@ async def _services(
             cost=cost,
             agent_keys=AgentKeys(settings.agents),
             quotas=QuotaLedger(refused=_count_refusal(metrics)),
-            pool=pool,
         )
 
 
@@ -194,7 +188,7 @@ async def _weight_updater(
         settings.staging_dir,
         store,
         max_bytes=settings.max_weight_bytes,
-        metrics=metrics,
+        metrics=metrics.engine_sink,
         checks=settings.weights,
         aliases=aliases,
         served=served or base,
@@ -227,7 +221,7 @@ def _cost_meter(settings: ServerSettings, engine: ServingEngine) -> CostMeter:
 
 
 def _vllm_engine(config: EngineConfig) -> ServingEngine:
-    from rollgym.server.engine.vllm_engine import VLLMEngine
+    from rollgym.engine.vllm.engine import VLLMEngine
 
     return VLLMEngine(config)
 
@@ -269,27 +263,13 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    """One error body everywhere: ``rollgym.contract.wire.ErrorBody``."""
-    app.add_exception_handler(ServerError, _server_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
-    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    """One error body everywhere (``server.http.errors``), the engine's errors included."""
+    install_error_handlers(app, logger=logger)
+    app.add_exception_handler(EngineError, _engine_error)  # type: ignore[arg-type]
 
 
-async def _server_error(request: Request, exc: ServerError) -> Response:
-    if exc.status >= 500:
+async def _engine_error(request: Request, exc: EngineError) -> Response:
+    status, code = engine_status(exc)
+    if status >= 500:
         logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
-    return _error(exc.status, exc.code, str(exc), exc.headers())
-
-
-async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
-    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    return _error(422, ErrorCode.INVALID_REQUEST, problems)
-
-
-async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-    return _error(exc.status_code, ErrorCode.HTTP_ERROR, str(exc.detail))
-
-
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    body = error_bytes(code, message)
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return error_response(status, code, str(exc))

@@ -12,139 +12,28 @@ fields with ``__``), then defaults::
     ROLLGYM_AGENTS__KEYS='{"alice": "..."}'  ROLLGYM_AGENTS__KEYS_FILE=/run/secrets/agent-keys
     ROLLGYM_AGENTS__DEFAULT_QUOTA__MAX_SANDBOXES=1  ROLLGYM_AGENTS__ALLOW_ANONYMOUS=false
 
-Each component gets its own model (``EngineConfig``, ``BufferConfig``...), never the root.
+Each component gets its own model (``BufferConfig``, ``SessionConfig``...; the engine's are
+``rollgym.engine.config``), never the root.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rollgym.contract import paths
-from rollgym.contract.wire import SamplingSettings
-from rollgym.server.agent_keys import AgentKeysConfig
-from rollgym.server.env_access import EnvAccessConfig
-
-InFlightPolicy = Literal["finish", "abort"]
+from rollgym.contract.shape import GroupsPerBatch, MaxStaleness
+from rollgym.engine.config import EngineConfig, WeightCheckConfig
+from rollgym.engine.precision import admitted_verdict
+from rollgym.server.access.agent_keys import AgentKeysConfig
+from rollgym.server.access.env_access import EnvAccessConfig
+from rollgym.server.http.auth import AdminToken
 
 
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SpeculationConfig(_Config):
-    """vLLM's n-gram speculative decoding, under a gate (``server.engine.speculation``).
-
-    Off by default: drafts pay only on repetitive output. When on, the engine starts plain
-    and the gate replays vLLM's drafter over what it serves; once those drafts would be
-    accepted at ``min_acceptance`` or more and would make decoding ``tolerance`` faster (a
-    drafting step takes ``draft_step_cost`` plain steps' time until a try measures it), it
-    switches to an engine with the drafter, and back to a plain one when the measured
-    acceptance falls under ``min_acceptance`` or tokens per busy second fall more than
-    ``tolerance`` under the plain rate; drafting is then not tried again for
-    ``probe_after_s`` (doubling while tries fail).
-    """
-
-    enabled: bool = False
-    gate: bool = Field(True, description="False: draft always (benchmarks, tests)")
-    num_speculative_tokens: int = Field(3, ge=1, le=16)
-    prompt_lookup_max: int = Field(3, ge=1)
-    prompt_lookup_min: int = Field(1, ge=1)
-    min_acceptance: float = Field(0.3, ge=0, le=1)
-    tolerance: float = Field(0.05, ge=0, lt=1, description="rate drop allowed vs plain")
-    window_tokens: int = Field(2048, ge=32, description="a window closes after this many...")
-    window_s: float = Field(10.0, gt=0, description="...or this many busy seconds")
-    probe_after_s: float = Field(60.0, gt=0, description="wait after a failed try of drafting")
-    draft_step_cost: float = Field(
-        2.0,
-        gt=0,
-        description="a drafting engine's step over a plain one's, per request, until a try "
-        "measures it (bench.cost prints it per workload)",
-    )
-
-    @model_validator(mode="after")
-    def _lookup(self) -> SpeculationConfig:
-        if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError("speculation.prompt_lookup_min must be <= prompt_lookup_max")
-        return self
-
-
-class EngineConfig(_Config):
-    """The in-process vLLM engine.
-
-    ``in_flight`` is what a weight update does to requests already running: ``finish``
-    lets them complete on the old weights (the update waits), ``abort`` stops them and
-    runs them again from the start on the new weights (nothing is mixed: every
-    generation comes from exactly one version). ``weight_transfer="nccl"`` enables vLLM's
-    native NCCL transfer for GPU hosts; ``reload`` (safetensors files) works everywhere.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
-
-    model_dir: Path = Field(default_factory=paths.default_model_dir)
-    served_model_name: str | None = Field(None, description="default: the model dir's name")
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
-    training_dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32",
-        description="the trainer's precision: serving below it needs the red line's verdict "
-        "(server.precision)",
-    )
-    quantization: Literal["fp8"] | None = Field(
-        None, description="FP8 weights (vLLM's GPU build only); gated like a lower dtype"
-    )
-    enforce_eager: bool = True
-    max_model_len: int = Field(2048, ge=64)
-    kv_cache_gib: float = Field(1.0, gt=0, description="KV-cache space")
-    max_num_seqs: int = Field(256, ge=1, description="sequences the engine batches at once")
-    enable_prefix_caching: bool = True
-    block_size: int = Field(
-        32,
-        ge=16,
-        multiple_of=16,
-        description="KV block size; the prefix cache reuses whole blocks, so short episodes "
-        "need small ones (vLLM's CPU default of 128 reuses nothing under 128 tokens)",
-    )
-    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = Field(
-        "processed_logprobs",
-        description="processed: the distribution actually sampled (after temperature/top-p)",
-    )
-    seed: int = 0
-    in_flight: InFlightPolicy = "finish"
-    weight_transfer: Literal["reload", "nccl"] = "reload"
-    staged_updates: bool = Field(
-        True,
-        description="load a file update into a second copy of the weights while the old "
-        "ones serve, so that only the swap pauses the engine (server.engine.staging); needs "
-        "memory for that copy while it loads. False reloads in place inside the pause",
-    )
-    sampling: SamplingSettings = Field(
-        default_factory=SamplingSettings, description="defaults of the OpenAI routes"
-    )
-    warmup: bool = Field(True, description="run one sampled request with logprobs at start")
-    swap_timeout_s: float = Field(
-        300.0,
-        gt=0,
-        description="deadline of one weight swap (load, pause, swap, cache reset); past it "
-        "the old weights are restored and the update answers 503",
-    )
-    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
-
-    @field_validator("model_dir")
-    @classmethod
-    def _has_config(cls, path: Path) -> Path:
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"{path} holds no model (no config.json): run `rollgym model init` "
-                "or point --model-dir at a Hugging Face model directory"
-            )
-        return path
-
-    @property
-    def model_name(self) -> str:
-        return self.served_model_name or self.model_dir.name
 
 
 class BufferConfig(_Config):
@@ -158,19 +47,7 @@ class BufferConfig(_Config):
         None,
         ge=0,
         description="how long trained and stale groups stay in the archive for export: "
-        "None keeps them for good, 0 keeps none (see server.archive)",
-    )
-
-
-class WeightCheckConfig(_Config):
-    """Checks of new weights' values before the swap (names, shapes and dtypes are always
-    checked; so is finiteness: a NaN or infinite value is refused, naming the tensor)."""
-
-    max_norm_ratio: float | None = Field(
-        None,
-        gt=1,
-        description="refuse a tensor whose L2 norm changes by more than this factor against "
-        "the served one (either way); None: no norm check",
+        "None keeps them for good, 0 keeps none (see server.buffer.archive)",
     )
 
 
@@ -193,8 +70,10 @@ class SessionConfig(_Config):
         description="a group not settled this long after its first session opened is settled "
         "with what it has: its valid episodes if at least 2, else set aside as invalid",
     )
-    max_staleness: int = Field(1, ge=0, description="the window with no rollout job running")
-    groups_per_batch: int = Field(32, ge=1, description="the window with no rollout job running")
+    # The window with no job running, in the run shape's types (rollgym.contract.shape; each
+    # session group names its own size): wide by default, for many agents at once.
+    max_staleness: MaxStaleness = 1
+    groups_per_batch: GroupsPerBatch = 32
     retry_after_s: int = Field(5, ge=1, description="Retry-After of a 429 for a full window")
 
 
@@ -241,7 +120,7 @@ class DashboardConfig(_Config):
 
 
 class CostConfig(_Config):
-    """The cost board (``server.cost``): the machine's price and the rates' window."""
+    """The cost board (``server.observability.cost``): the machine's price and the rates' window."""
 
     price_per_hour: float | None = Field(
         None, ge=0, description="price of one machine-hour (any currency); None: costs unset"
@@ -262,7 +141,7 @@ class ServerSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    admin_token: SecretStr = Field(description="bearer token of the admin routes")
+    admin_token: AdminToken = Field(description="bearer token of the admin routes")
     data_dir: Path = Field(
         default_factory=lambda: paths.data_home() / "server",
         description="the SQLite buffer and staged weights live here",
@@ -279,7 +158,8 @@ class ServerSettings(BaseSettings):
     weights: WeightCheckConfig = Field(default_factory=WeightCheckConfig)
     env_access: EnvAccessConfig = Field(default_factory=EnvAccessConfig)
     agents: AgentKeysConfig = Field(
-        default_factory=AgentKeysConfig, description="agent keys and quotas (server.agent_keys)"
+        default_factory=AgentKeysConfig,
+        description="agent keys and quotas (server.access.agent_keys)",
     )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     buffer: BufferConfig = Field(default_factory=BufferConfig)
@@ -291,8 +171,6 @@ class ServerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _precision_admitted(self) -> ServerSettings:
-        from rollgym.server.precision import admitted_verdict
-
         admitted_verdict(self.engine)  # raises, with the command to run, when not admitted
         return self
 
@@ -302,13 +180,6 @@ class ServerSettings(BaseSettings):
         if any(s.get_secret_value() == admin for s in self.agents.secrets().values()):
             raise ValueError("an agent key equals the admin token: give agents their own keys")
         return self
-
-    @field_validator("admin_token")
-    @classmethod
-    def _strong_token(cls, token: SecretStr) -> SecretStr:
-        if len(token.get_secret_value()) < 16:
-            raise ValueError("admin_token must be at least 16 characters (ROLLGYM_ADMIN_TOKEN)")
-        return token
 
     @property
     def buffer_path(self) -> Path:

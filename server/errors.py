@@ -1,79 +1,60 @@
 """The errors of ``server``: one root, each with the HTTP status it maps to at the boundary.
 
-::
+``ServerError`` grows from ``server.http.errors.HttpError``, the root the cluster's router
+shares; so do the admin token's two errors, raised by the one admin check::
 
-    ServerError                                   status  code
-    ├── BadRequest(ServerError, ValueError)          400/422 bad_request (input that cannot work)
-    │   ├── BadWeights(BadRequest)                   422  bad_weights: names, shapes, dtypes
-    │   ├── TruncatedWeights(BadWeights)             400  truncated_weights: body ends early
-    │   ├── WeightsTooLarge(BadRequest)              413  weights_too_large
-    │   ├── RequestTooLarge(BadRequest)              413  request_too_large: a body over
-    │   │                                                 max_body_bytes (refused as it streams)
-    │   └── TranscriptMismatch(BadRequest)           409  transcript_mismatch: messages diverge
-    │                                                     from a session's conversation
-    ├── Unauthorized(ServerError)                    401  unauthorized: no bearer token
-    ├── Forbidden(ServerError)                       403  forbidden: a wrong token
-    │   └── EnvNotAllowed(Forbidden)                 403  env_not_allowed: an env id or kwarg
-    │                                                     agents may not use (``env_access``)
-    ├── NotFound(ServerError, LookupError)           404  not_found (session, env id, path)
-    ├── QuotaExceeded(ServerError)                   429  quota_exceeded: an agent key over one
-    │                                                     of its quotas (``agent_keys``)
-    ├── Conflict(ServerError)                        409  conflict
-    │   ├── VersionMismatch(Conflict)                409  version_mismatch: X-Expected-Version
-    │   ├── UpdateInProgress(Conflict)               409  update_in_progress
-    │   ├── ContextFull(Conflict)                    409  context_full: a session's context
-    │   │                                                 reached max_model_len
-    │   ├── NotEnabled(Conflict)                     409  not_enabled: a feature the server's
-    │   │                                                 configuration leaves off
-    │   └── EnvFailure(Conflict)                     409  env_failure: a session's env raised or
-    │                                                     reported an infrastructure fault
-    ├── WindowFull(ServerError)                      429  window_full: the staleness window has
-    │                                                     no room (with Retry-After)
-    ├── EngineFailure(ServerError)                   503  engine_failure: the engine cannot serve
-    └── TokenPrefixError(ServerError, AssertionError) 500 token_prefix: a turn's prompt does not
-                                                          extend the last one (a server bug)
+    HttpError                                         status  code
+    ├── Unauthorized(HttpError)                        401  unauthorized: no bearer token
+    ├── Forbidden(HttpError)                           403  forbidden: a wrong token
+    └── ServerError(HttpError)                         500  server_error
+        ├── BadRequest(ServerError, ValueError)        422  bad_request: input that cannot work
+        │   ├── RequestTooLarge(BadRequest)            413  request_too_large: a body over
+        │   │                                               max_body_bytes (refused as it
+        │   │                                               streams)
+        │   └── TranscriptMismatch(BadRequest)         409  transcript_mismatch: messages
+        │                                                   diverge from a session's conversation
+        ├── EnvNotAllowed(ServerError, Forbidden)      403  env_not_allowed: an env id or kwarg
+        │                                                   agents may not use (``env_access``)
+        ├── NotFound(ServerError, LookupError)         404  not_found (session, env id, path)
+        ├── QuotaExceeded(ServerError)                 429  quota_exceeded: an agent key over
+        │                                                   one of its quotas (``agent_keys``)
+        ├── Conflict(ServerError)                      409  conflict
+        │   ├── ContextFull(Conflict)                  409  context_full: a session's context
+        │   │                                               reached max_model_len
+        │   ├── NotEnabled(Conflict)                   409  not_enabled: a feature the server's
+        │   │                                               configuration leaves off
+        │   └── EnvFailure(Conflict)                   409  env_failure: a session's env raised
+        │                                                   or reported an infrastructure fault
+        ├── WindowFull(ServerError)                    429  window_full: the staleness window
+        │                                                   has no room (with Retry-After)
+        └── TokenPrefixError(ServerError,              500  token_prefix: a turn's prompt does
+                             AssertionError)                not extend the last one (a bug)
 
-Routes never build error bodies by hand: an exception handler turns any ``ServerError``
-into ``rollgym.contract.wire.ErrorBody`` with ``status`` and ``code`` from the class, and
-the headers its ``headers()`` asks for.
+The engine floor has a root of its own, ``rollgym.engine.errors.EngineError``, with no HTTP
+in it; ``ENGINE_ERRORS`` gives each of its classes a status and a code here, as httpx maps
+its transports' errors onto its own.
+
+Routes never build error bodies by hand: the app's one exception handler turns any
+``ServerError`` or ``EngineError`` into ``rollgym.contract.wire.ErrorBody`` with the status
+and code of its class, and the headers a ``ServerError``'s ``headers()`` asks for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rollgym.contract.wire import ErrorCode
+from rollgym.engine import errors as engine
+from rollgym.server.http.errors import Forbidden, HttpError
 
 
-class ServerError(Exception):
-    """Root of all server errors."""
-
-    status: int = 500
-    code: str = ErrorCode.SERVER_ERROR
-    retry_after_s: int | None = None  # sent as Retry-After: when trying again may work
-
-    def headers(self) -> dict[str, str] | None:
-        """Headers the answer carries besides the error body (``Retry-After`` when known)."""
-        return None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+class ServerError(HttpError):
+    """Root of all server errors (status 500, ``server_error``, unless a subclass says)."""
 
 
 class BadRequest(ServerError, ValueError):
     status = 422
     code = ErrorCode.BAD_REQUEST
-
-
-class BadWeights(BadRequest):
-    """The weights do not fit the served model (names, shapes or dtypes) or are unreadable."""
-
-    code = ErrorCode.BAD_WEIGHTS
-
-
-class TruncatedWeights(BadWeights):
-    status = 400
-    code = ErrorCode.TRUNCATED_WEIGHTS
-
-
-class WeightsTooLarge(BadRequest):
-    status = 413
-    code = ErrorCode.WEIGHTS_TOO_LARGE
 
 
 class RequestTooLarge(BadRequest):
@@ -90,20 +71,7 @@ class TranscriptMismatch(BadRequest):
     code = ErrorCode.TRANSCRIPT_MISMATCH
 
 
-class Unauthorized(ServerError):
-    status = 401
-    code = ErrorCode.UNAUTHORIZED
-
-    def headers(self) -> dict[str, str] | None:
-        return {"WWW-Authenticate": "Bearer"}
-
-
-class Forbidden(ServerError):
-    status = 403
-    code = ErrorCode.FORBIDDEN
-
-
-class EnvNotAllowed(Forbidden):
+class EnvNotAllowed(ServerError, Forbidden):
     """An env id or env kwarg that the server's ``env_access`` does not open to agents."""
 
     code = ErrorCode.ENV_NOT_ALLOWED
@@ -128,14 +96,6 @@ class QuotaExceeded(ServerError):
 class Conflict(ServerError):
     status = 409
     code = ErrorCode.CONFLICT
-
-
-class VersionMismatch(Conflict):
-    code = ErrorCode.VERSION_MISMATCH
-
-
-class UpdateInProgress(Conflict):
-    code = ErrorCode.UPDATE_IN_PROGRESS
 
 
 class ContextFull(Conflict):
@@ -169,14 +129,32 @@ class WindowFull(ServerError):
         self.retry_after_s = retry_after_s
 
 
-class EngineFailure(ServerError):
-    """The engine failed or is shutting down; generation cannot be served now."""
-
-    status = 503
-    code = ErrorCode.ENGINE_FAILURE
-
-
 class TokenPrefixError(ServerError, AssertionError):
     """A turn's prompt does not extend the previous prompt plus its completion."""
 
     code = ErrorCode.TOKEN_PREFIX
+
+
+# Each engine error's status and code: the most specific class listed wins (``engine_status``).
+ENGINE_ERRORS: Mapping[type[engine.EngineError], tuple[int, str]] = {
+    engine.EngineError: (500, ErrorCode.SERVER_ERROR),
+    engine.BadInput: (422, ErrorCode.BAD_REQUEST),
+    engine.BadWeights: (422, ErrorCode.BAD_WEIGHTS),
+    engine.TruncatedWeights: (400, ErrorCode.TRUNCATED_WEIGHTS),
+    engine.WeightsTooLarge: (413, ErrorCode.WEIGHTS_TOO_LARGE),
+    engine.WeightsNotFound: (404, ErrorCode.NOT_FOUND),
+    engine.Conflict: (409, ErrorCode.CONFLICT),
+    engine.VersionMismatch: (409, ErrorCode.VERSION_MISMATCH),
+    engine.UpdateInProgress: (409, ErrorCode.UPDATE_IN_PROGRESS),
+    engine.NotEnabled: (409, ErrorCode.NOT_ENABLED),
+    engine.EngineFailure: (503, ErrorCode.ENGINE_FAILURE),
+}
+
+
+def engine_status(exc: engine.EngineError) -> tuple[int, str]:
+    """The HTTP status and error code an engine error answers with.
+
+    >>> engine_status(engine.TruncatedWeights("cut"))[0], engine_status(engine.NotEnabled())[0]
+    (400, 409)
+    """
+    return next(ENGINE_ERRORS[c] for c in type(exc).__mro__ if c in ENGINE_ERRORS)

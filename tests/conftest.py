@@ -2,8 +2,8 @@
 
 Tests live in ``tests/<tier>/``; each test gets its folder's marker (unit, docker, engine,
 e2e), so ``pytest -m unit`` runs the fast tier alone; the ``>>>`` examples in the packages'
-docstrings (collected with ``--doctest-modules``) are unit tests too. Real components are never faked
-outside ``tests/unit``.
+docstrings (collected by the root ``conftest.py``) are unit tests too. Real components are
+never faked outside ``tests/unit``.
 """
 
 from __future__ import annotations

@@ -14,3 +14,6 @@ graph). The built-in run that uses it (warm start, a child server, the report) i
 application in ``rollgym.run``. Errors: ``trainer.errors.TrainerError`` and its subclasses
 (tree in that module). See docs/training.md.
 """
+
+if __name__ != "rollgym.trainer":  # this folder is that subpackage (pyproject's package-dir)
+    raise ImportError(f"import rollgym.trainer, not {__name__}: one module, one name")

@@ -1,9 +1,9 @@
 """The trainer's HTTP client of the rollout server: the only way the trainer reaches it.
 
-Bodies are the pydantic models of ``rollgym.contract`` (``wire``, and ``dashboard`` for the
-step reports), which import nothing of the server; httpx and validation errors are translated
-here into ``trainer.errors`` (see that module for the tree). The client is synchronous
-because TRL's training loop is.
+Each call is a route the contract declares (``rollgym.contract.api``: method, path, body and
+answer models), which imports nothing of the server; httpx and validation errors are
+translated here into ``trainer.errors`` (see that module for the tree). The client is
+synchronous because TRL's training loop is.
 
 A server that restarts is waited for: a call that finds it gone, or answering 503, is
 retried (with a growing pause) for up to ``reconnect_timeout_s``. Every call is safe to
@@ -29,15 +29,15 @@ from typing import Protocol, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from rollgym.contract import api
+from rollgym.contract.api import Route
 from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
 from rollgym.contract.wire import (
     AckRequest,
-    AckResponse,
     ErrorBody,
     ErrorCode,
     EvaluationRequest,
     EvaluationResult,
-    Health,
     PolicyInfo,
     PullRequest,
     PullResponse,
@@ -107,10 +107,10 @@ class ServerClient:
 
     def policy_version(self, *, retry: bool = True) -> int:
         """The version the server samples with now (``GET /health``)."""
-        return self._model(Health, self._send("GET", "/health", retry=retry)).policy_version
+        return self._call(api.HEALTH, retry=retry).policy_version
 
     def policy(self) -> PolicyInfo:
-        return self._model(PolicyInfo, self._send("GET", "/v1/policy"))
+        return self._call(api.POLICY)
 
     def wait_until_ready(self, timeout_s: float, *, poll_s: float = 0.25) -> int:
         """Poll ``/health`` until the server answers; return its policy version."""
@@ -127,20 +127,13 @@ class ServerClient:
 
     def pull(self, request: PullRequest) -> PullResponse:
         """Long-poll for complete groups inside the staleness window (leased until acked)."""
-        response = self._send(
-            "POST",
-            "/admin/buffer/pull",
-            json=request.model_dump(mode="json"),
-            timeout=request.timeout_s + _LONG_POLL_MARGIN_S,
-        )
-        return self._model(PullResponse, response)
+        return self._call(api.PULL, request, timeout=request.timeout_s + _LONG_POLL_MARGIN_S)
 
     def ack(self, group_ids: Sequence[str]) -> int:
         """Confirm leased groups as consumed; idempotent. Returns how many the server acked."""
         if not group_ids:
             return 0
-        body = AckRequest(group_ids=list(group_ids)).model_dump(mode="json")
-        return self._model(AckResponse, self._send("POST", "/admin/buffer/ack", json=body)).acked
+        return self._call(api.ACK, AckRequest(group_ids=list(group_ids))).acked
 
     # --- weights and rollout jobs -------------------------------------------------------
 
@@ -155,47 +148,55 @@ class ServerClient:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(body))}
         if expected_version is not None:
             headers["X-Expected-Version"] = str(expected_version)
-        response = self._send(
-            "POST",
-            "/admin/weights",
+        return self._call(
+            api.WEIGHTS_UPLOAD,
             content=_parts(body),
             headers=headers,
             timeout=self.config.weights_timeout_s,
             retry=False,  # not blindly: see trainer.weights
         )
-        return self._model(WeightUpdateResult, response)
 
     def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
         """Start (or replace) the server's rollout job."""
-        response = self._send("POST", "/admin/rollouts", json=job.model_dump(mode="json"))
-        return self._model(RolloutStatus, response)
+        return self._call(api.ROLLOUTS_START, job)
 
     def rollouts(self) -> RolloutStatus:
-        return self._model(RolloutStatus, self._send("GET", "/admin/rollouts"))
+        return self._call(api.ROLLOUTS)
 
     def stop_rollouts(self) -> RolloutStatus:
-        return self._model(RolloutStatus, self._send("DELETE", "/admin/rollouts"))
+        return self._call(api.ROLLOUTS_STOP)
 
     def evaluate(self, request: EvaluationRequest, *, timeout_s: float) -> EvaluationResult:
         """Evaluation episodes with the server's current policy, beside any rollout job
         (one group per seed, nothing filtered); ``timeout_s`` bounds the whole call."""
-        response = self._send(
-            "POST",
-            "/admin/evaluations",
-            json=request.model_dump(mode="json"),
+        return self._call(
+            api.EVALUATE,
+            request,
             timeout=timeout_s,
             retry=False,  # a lost answer is an evaluation lost, not one to run twice
         )
-        return self._model(EvaluationResult, response)
 
     def report_step(self, report: TrainerReport) -> TrainerAccepted:
         """One optimizer step for the server's dashboard (``trainer.dashboard``)."""
-        response = self._send(
-            "POST", "/admin/dashboard/trainer", json=report.model_dump(mode="json")
-        )
-        return self._model(TrainerAccepted, response)
+        return self._call(api.TRAINER_REPORT, report)
 
     # --- plumbing -----------------------------------------------------------------------
+
+    def _call(
+        self,
+        route: Route[M],
+        body: BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+        retry: bool = True,
+        **kwargs: object,
+    ) -> M:
+        """``route`` with ``body`` as its JSON (or ``content=`` raw bytes); its answer model."""
+        assert route.answer is not None
+        if body is not None:
+            kwargs["json"] = body.model_dump(mode="json")
+        response = self._send(route.method, route.path, timeout=timeout, retry=retry, **kwargs)
+        return self._model(route.answer, response)
 
     def _send(
         self,

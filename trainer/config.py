@@ -20,8 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from rollgym.contract.shape import RunShape
 from rollgym.trainer.errors import TrainerConfigError
 
 C = TypeVar("C", bound=BaseModel)
@@ -86,14 +95,15 @@ class GuardConfig(_Config):
     lr_factor: float = Field(0.5, gt=0, lt=1, description="the learning rate after a rollback, x")
 
 
-class TrainerConfig(_Config):
-    """One GRPO run against a rollout server; see the module docstring for the two modes."""
+class TrainerConfig(RunShape, _Config):
+    """One GRPO run against a rollout server; see the module docstring for the two modes.
+
+    The batch shape and the staleness window (``group_size``, ``groups_per_batch``,
+    ``max_staleness``) are the run's shape, ``rollgym.contract.shape.RunShape``: the server's
+    rollout job must have the same.
+    """
 
     output_dir: Path = Field(description="checkpoints and logs of this run")
-    # --- batch shape and the staleness window
-    group_size: int = Field(8, ge=2, description="trajectories per task that GRPO compares")
-    groups_per_batch: int = Field(4, ge=1, description="groups per optimizer step")
-    max_staleness: int = Field(1, ge=0, description="0: synchronous; >= 1: asynchronous")
     # --- optimisation (TRL's GRPO loss)
     total_steps: int = Field(100, ge=1, description="optimizer steps of the whole run")
     learning_rate: float = Field(2e-4, gt=0)
@@ -164,6 +174,13 @@ class TrainerConfig(_Config):
     pull_timeout_s: float = Field(10.0, gt=0, le=600, description="one long-poll's wait")
     stall_timeout_s: float = Field(600.0, gt=0, description="give up after this long starved")
 
+    @field_validator("group_size")
+    @classmethod
+    def _a_group_to_compare(cls, size: int) -> int:
+        if size < 2:
+            raise ValueError("GRPO compares the samples of a group: group_size must be at least 2")
+        return size
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainerConfig:
         if self.max_staleness == 0 and self.push_every != 1:
@@ -186,15 +203,6 @@ class TrainerConfig(_Config):
                 f"({self.push_every}): an evaluation measures weights the server serves"
             )
         return self
-
-    @property
-    def mode(self) -> Literal["sync", "async"]:
-        return "sync" if self.max_staleness == 0 else "async"
-
-    @property
-    def batch_size(self) -> int:
-        """Trajectories per optimizer step."""
-        return self.group_size * self.groups_per_batch
 
 
 def parse_config(cls: type[C], **values: object) -> C:

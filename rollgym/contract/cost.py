@@ -1,7 +1,7 @@
 """The cost board's schema: what sampling costs, per token and per trained sample.
 
 Part of ``DashboardData`` (``GET /dashboard/data``, field ``cost``) and of ``/metrics``.
-Definitions (computed by ``rollgym.server.cost``):
+Definitions (computed by ``rollgym.server.observability.cost``):
 
 * **tokens/s**: generated and prompt tokens per wall second over the recent window;
 * **device-seconds per 1k generated tokens**: CPU-seconds of the server and its engine
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 
 class SpeculationView(BaseModel):
-    """The speculative-decoding gate (``rollgym.server.engine.speculation``)."""
+    """The speculative-decoding gate (``rollgym.engine.vllm.speculation``)."""
 
     enabled: bool = False
     state: Literal["on", "off"] | None = None

@@ -6,7 +6,8 @@ server.
 * ``TrainerReport`` (``POST /admin/dashboard/trainer``, admin token): one optimizer
   step's numbers and the trainer's busy spans (compute, weight push, checkpoint) since
   its last report; the training stage of the dashboard is made of them.
-* ``DashboardData`` (``GET /dashboard/data``): everything the page draws.
+* ``DashboardData`` (``GET /dashboard/data``, its query ``DashboardQuery``): everything the
+  page draws.
 """
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ class RewardPoint(BaseModel):
 class AlarmPoint(BaseModel):
     step: int
     metrics: dict[str, float]
+
+
+class DashboardQuery(BaseModel):
+    """``GET /dashboard/data``'s query: how finely to slice the stages and the series."""
+
+    buckets: int = Field(60, ge=1, le=1000, description="slices of the stages' busy time")
+    points: int = Field(600, ge=2, le=5000, description="readings of the series, at most")
 
 
 class DashboardData(BaseModel):

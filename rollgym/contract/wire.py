@@ -29,12 +29,13 @@ from pydantic import (
     model_validator,
 )
 
+from rollgym.contract.shape import MAX_GROUP_SIZE, RunShape
+
 # Bounds of what a client may send. A body is also capped as a whole (``max_body_bytes``);
 # these keep each field to what can work, so nothing unbounded reaches an env or the engine.
 MAX_ENV_ID_CHARS = 256
 MAX_PATH_CHARS = 4096
 MAX_SEED = 2**63 - 1  # Gymnasium seeds are non-negative integers
-MAX_GROUP_SIZE = 1024
 MAX_TOKENS = 1 << 20  # per model turn; the server also checks its own max_model_len
 MAX_KWARGS = 32
 MAX_KWARG_CHARS = 4096
@@ -268,16 +269,12 @@ class SamplingSettings(_Input):
     max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="per model turn")
 
 
-class RolloutJob(_Input):
-    """What the sampler should run: groups of ``group_size`` episodes per task seed."""
+class RolloutJob(RunShape, _Input):
+    """What the sampler should run: groups of ``group_size`` episodes per task seed, in the
+    run's shape (``rollgym.contract.shape``: the trainer's must be the same)."""
 
     env_id: EnvId
     env_kwargs: EnvKwargs = Field(default_factory=dict)
-    group_size: int = Field(4, ge=1, le=MAX_GROUP_SIZE)
-    groups_per_batch: int = Field(
-        8, ge=1, le=4096, description="groups the trainer consumes per step"
-    )
-    max_staleness: int = Field(1, ge=0, le=1000)
     max_turns: int | None = Field(
         None, ge=1, le=10_000, description="default: the env's max_episode_steps"
     )

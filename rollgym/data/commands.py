@@ -136,7 +136,7 @@ def _sample_local(config: GenerateConfig, args: argparse.Namespace) -> list[Traj
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # as `rollgym serve`
     from rollgym.data.generate import generate_local
-    from rollgym.server.config import EngineConfig
+    from rollgym.engine.config import EngineConfig
 
     model_dir = Path(args.model_dir) if args.model_dir else paths.default_model_dir()
     engine = EngineConfig(model_dir=model_dir, dtype=args.dtype)

@@ -36,7 +36,7 @@ from rollgym.contract.wire import (
 from rollgym.data.errors import DataError
 
 if TYPE_CHECKING:
-    from rollgym.server.config import EngineConfig
+    from rollgym.engine.config import EngineConfig
     from rollgym.trainer.client import ServerClient
 
 # Generated data is kept whatever its version: the widest window a job takes (RolloutJob
@@ -71,8 +71,8 @@ async def generate_local(
     config: GenerateConfig, engine_config: EngineConfig
 ) -> list[TrajectoryGroup]:
     """Sample with a vLLM engine in this process (see the module docstring)."""
-    from rollgym.server.chat import ChatCodec
-    from rollgym.server.engine.vllm_engine import VLLMEngine
+    from rollgym.engine.vllm.engine import VLLMEngine
+    from rollgym.server.conversation.codec import ChatCodec
     from rollgym.server.rollout.environments import RegistryEnvs, takes_pool
     from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 

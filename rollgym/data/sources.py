@@ -5,7 +5,8 @@ the order they were sampled, then the invalid trajectories if asked for):
 
 * ``from_data_dir(dir)``: the buffer file under a server's data dir, opened read-only
   (the server may be running: SQLite's WAL lets readers in while it writes);
-* ``from_server(url, token)``: ``GET /admin/archive`` page by page (admin token).
+* ``from_server(url, token)``: ``GET /admin/archive`` page by page (admin token), a server's
+  or a cluster router's (every server's archive in turn).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from rollgym.contract.archive import ArchiveKind, ArchivePage
+from rollgym.contract import api
+from rollgym.contract.archive import ArchiveKind, ArchivePage, ArchiveQuery
 from rollgym.contract.wire import ErrorBody, Trajectory
 from rollgym.data.errors import DataError
 from rollgym.data.rows import RowOutcome
@@ -37,7 +39,7 @@ def _kinds(include_invalid: bool) -> tuple[ArchiveKind, ...]:
 def from_data_dir(
     data_dir: Path, *, file_name: str = "buffer.sqlite3", include_invalid: bool = False
 ) -> Iterator[Item]:
-    from rollgym.server.archive import ArchiveFile
+    from rollgym.server.buffer.archive import ArchiveFile
 
     path = data_dir / file_name
     if not path.is_file():
@@ -57,12 +59,13 @@ def from_server(
 
 
 def _server_pages(http: httpx.Client, kind: ArchiveKind, page_size: int) -> Iterator[ArchivePage]:
+    route = api.ARCHIVE
+    assert route.answer is not None
     after: int | None = 0
     while after is not None:
+        query = ArchiveQuery(kind=kind, after=after, limit=page_size)
         try:
-            response = http.get(
-                "/admin/archive", params={"kind": kind, "after": after, "limit": page_size}
-            )
+            response = http.request(route.method, route.path, params=query.model_dump())
         except httpx.HTTPError as exc:
             raise DataError(f"the server did not answer: {exc!r}") from exc
         if response.status_code != 200:
@@ -70,7 +73,9 @@ def _server_pages(http: httpx.Client, kind: ArchiveKind, page_size: int) -> Iter
                 message = ErrorBody.model_validate_json(response.content).message
             except ValueError:
                 message = response.text[:200]
-            raise DataError(f"GET /admin/archive answered {response.status_code}: {message}")
-        page = ArchivePage.model_validate_json(response.content)
+            raise DataError(
+                f"{route.method} {route.path} answered {response.status_code}: {message}"
+            )
+        page = route.answer.model_validate_json(response.content)
         yield page
         after = page.next_after

@@ -117,6 +117,7 @@ def _train(args: argparse.Namespace) -> int:
     """GRPO against a rollout server that is already running (its job, or one we start)."""
     import json
     import os
+    import sys
 
     from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import ClientConfig, TrainerConfig, parse_config
@@ -131,6 +132,16 @@ def _train(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
     client_config = parse_config(ClientConfig, url=args.server, admin_token=token)
     with ServerClient(client_config) as client:
+        status = client.rollouts()  # the server's job, if one runs, must have our shape
+        job = status.job if status.running else None
+        if job is not None and (differences := config.differences(job)):
+            print(
+                f"rollgym train: the server's rollout job has another shape "
+                f"({'; '.join(differences)}): train with the job's shape (--group-size, "
+                "--groups-per-batch, --max-staleness) or stop the job",
+                file=sys.stderr,
+            )
+            return 2
         result = train(config, client, Path(args.model))
     print(f"trained {result.steps} steps; the server is at policy version {result.policy_version}")
     return 0

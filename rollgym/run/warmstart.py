@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
 from rollgym.envs.guess_demos import DrillTurns, NoiseStyle
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
 # The built-in task's rules beside its range (docs/training.md says why each is needed).

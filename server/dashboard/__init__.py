@@ -7,9 +7,10 @@ version-lag histogram, dropped samples and the reward curve.
 
     intervals.py   IntervalSet: many spans merged into disjoint intervals (busy time)
     quantiles.py   percentiles from the server's Prometheus histograms
-    recorder.py    DashboardRecorder: the stages' spans, periodic readings, the views
+    recorder.py    DashboardRecorder: the stages' spans (an observer of the engine and the
+                   buffer), periodic readings, the views
     sampler.py     read the server every interval_s while the app runs
-    taps.py        ObservedBuffer (every store and pull)
-    schema.py      TrainerReport (what the trainer posts), DashboardData (what the page gets)
-    router.py      the routes; POST /admin/dashboard/trainer takes the trainer's steps
+
+What the trainer posts (``TrainerReport``) and what the page gets (``DashboardData``) are
+``rollgym.contract.dashboard``; the routes are ``server.routes.dashboard``.
 """

@@ -3,7 +3,7 @@
 Events come in from three places, each stamped on the wall clock (``time.time``):
 
 * **sampling**: every generation the engine finishes, ``[end - model_s, end)`` (queue
-  excluded), from ``server.engine.observed.ObservedEngine``;
+  excluded), from ``server.observability.observed.ObservedEngine``;
 * **environment** and the **reward curve**: every trajectory the buffer stores (groups,
   sessions, invalid episodes), its env steps placed by walking back from the episode's end
   (``created_at``) through its turns (``trainer.stages`` does the same on the trainer's
@@ -37,11 +37,12 @@ from rollgym.contract.dashboard import (
     TrainerReport,
 )
 from rollgym.contract.staleness import oldest_fresh_version, staleness
-from rollgym.contract.wire import Trajectory, TrajectoryGroup
+from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
+from rollgym.engine.base import Generation
+from rollgym.server.buffer.observers import BufferObserver
 from rollgym.server.config import DashboardConfig
 from rollgym.server.dashboard.intervals import IntervalSet
 from rollgym.server.dashboard.quantiles import Buckets, difference, quantile, total
-from rollgym.server.policy import Generation
 
 MODEL, ENVIRONMENT = "model", "environment"
 
@@ -77,7 +78,7 @@ def env_spans(trajectory: Trajectory) -> list[tuple[float, float]]:
     return spans
 
 
-class DashboardRecorder:
+class DashboardRecorder(BufferObserver):
     """See the module docstring."""
 
     def __init__(self, config: DashboardConfig, *, clock: Callable[[], float] = time.time):
@@ -110,8 +111,39 @@ class DashboardRecorder:
         """A generation just finished: its engine time (queue excluded) was sampling."""
         self.generation(generation.model_s)
 
-    def stored(self, trajectories: Sequence[Trajectory]) -> None:
-        """Trajectories the buffer persisted (valid or not): env spans and rewards."""
+    # --- the buffer's observer (``server.buffer.observers``) ----------------------------------
+
+    def stored(self, group: TrajectoryGroup) -> None:
+        """A group the buffer persisted: its env spans and rewards; it waits until pulled."""
+        self._episodes(group.trajectories)
+        since = min(t.created_at for t in group.trajectories)
+        self._waiting_groups[group.group_id] = (since, group.min_version)
+
+    def set_aside(self, trajectory: Trajectory) -> None:
+        """An invalid trajectory the buffer kept: its env spans."""
+        self._episodes([trajectory])
+
+    def pulled(
+        self, request: PullRequest, response: PullResponse, waited_s: Sequence[float]
+    ) -> None:
+        """A trainer pulled groups; groups the pull dropped as stale stop waiting too."""
+        trainer_version = request.trainer_version
+        now = self.clock()
+        for group in response.groups:
+            since, _ = self._waiting_groups.pop(
+                group.group_id, (min(t.created_at for t in group.trajectories), 0)
+            )
+            self._add("buffer", since, now)
+            for trajectory in group.trajectories:
+                self.lag_counts[staleness(trainer_version, trajectory.min_version)] += 1
+        oldest_kept = oldest_fresh_version(trainer_version, request.max_staleness)
+        for group_id, (since, min_version) in list(self._waiting_groups.items()):
+            if min_version < oldest_kept:
+                self._add("buffer", since, now)
+                del self._waiting_groups[group_id]
+
+    def _episodes(self, trajectories: Sequence[Trajectory]) -> None:
+        """Env spans of stored trajectories (valid or not), and the valid ones' rewards."""
         for trajectory in trajectories:
             for start, end in env_spans(trajectory):
                 self._add("environment", start, end)
@@ -119,29 +151,6 @@ class DashboardRecorder:
                 entry = self._rewards.setdefault(trajectory.min_version, [0.0, 0])
                 entry[0] += trajectory.reward
                 entry[1] += 1
-
-    def group_stored(self, group: TrajectoryGroup) -> None:
-        self.stored(group.trajectories)
-        since = min(t.created_at for t in group.trajectories)
-        self._waiting_groups[group.group_id] = (since, group.min_version)
-
-    def pulled(
-        self, groups: Sequence[TrajectoryGroup], trainer_version: int, max_staleness: int
-    ) -> None:
-        """A trainer pulled ``groups``; groups the pull dropped as stale stop waiting too."""
-        now = self.clock()
-        for group in groups:
-            since, _ = self._waiting_groups.pop(
-                group.group_id, (min(t.created_at for t in group.trajectories), 0)
-            )
-            self._add("buffer", since, now)
-            for trajectory in group.trajectories:
-                self.lag_counts[staleness(trainer_version, trajectory.min_version)] += 1
-        oldest_kept = oldest_fresh_version(trainer_version, max_staleness)
-        for group_id, (since, min_version) in list(self._waiting_groups.items()):
-            if min_version < oldest_kept:
-                self._add("buffer", since, now)
-                del self._waiting_groups[group_id]
 
     def trainer_report(self, report: TrainerReport) -> int:
         for start, end in report.busy_spans:

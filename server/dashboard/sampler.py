@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Metric
 
-from rollgym.server.buffer import BufferDepth
+from rollgym.server.buffer.store import BufferDepth
 from rollgym.server.dashboard.quantiles import read_buckets
 from rollgym.server.dashboard.recorder import ENVIRONMENT, MODEL, DashboardRecorder, Reading
 

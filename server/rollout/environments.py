@@ -9,7 +9,7 @@ env is refused (``NotEnabled``), never left to start containers of its own.
 A constructor that refuses its kwargs (or crashes on them) is the request's fault: a
 ``BadRequest`` (422) that names the env. Constructors may read files or import modules, so
 callers make envs off the event loop (``amake``). Who may make which env with which kwargs
-is decided before, by ``server.env_access``.
+is decided before, by ``server.access.env_access``.
 """
 
 from __future__ import annotations

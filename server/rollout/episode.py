@@ -10,7 +10,7 @@ An infrastructure failure (``reset`` raising, ``info["failure"] == "infra"``, an
 crashes, messages of the env that the chat template cannot render, an engine that fails)
 makes the trajectory invalid: excluded from training and counted, never scored as reward
 0. An episode whose next turn cannot fit ``max_model_len`` is cut there and marked
-``truncated_by_context``. The record itself is kept by ``server.recording``, the same way
+``truncated_by_context``. The record itself is kept by ``server.conversation.recording``, the same way
 for sessions.
 """
 
@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rollgym.contract.wire import SamplingSettings, Trajectory
+from rollgym.engine.base import PolicyEngine
+from rollgym.engine.errors import EngineFailure
 from rollgym.envs import aio
-from rollgym.server.chat import ChatCodec, ChatInputError
-from rollgym.server.errors import Conflict, EngineFailure
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import PolicyEngine
-from rollgym.server.recording import EpisodeKey, EpisodeRecorder, step_env
+from rollgym.server.conversation.codec import ChatCodec, ChatInputError
+from rollgym.server.conversation.recording import EpisodeKey, EpisodeRecorder, step_env
+from rollgym.server.errors import Conflict
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.budget import ContextBudget
 from rollgym.server.rollout.environments import EnvFactory, amake
 

@@ -28,11 +28,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rollgym.contract.wire import RolloutJob, RolloutStatus, Trajectory, TrajectoryGroup
-from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.engine.durable import write_atomic
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import RunnerConfig
-from rollgym.server.durable import write_atomic
 from rollgym.server.errors import BadRequest, ServerError
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict

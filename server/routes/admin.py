@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 
+from rollgym.contract import api
 from rollgym.contract.wire import (
     AckRequest,
     AckResponse,
@@ -17,22 +18,22 @@ from rollgym.contract.wire import (
     NcclUpdate,
     PolicyInfo,
     PullRequest,
-    PullResponse,
     RolloutJob,
     RolloutStatus,
     WeightsFromPath,
     WeightUpdateResult,
 )
-from rollgym.server.env_access import check_request
+from rollgym.engine.base import NcclWeights
+from rollgym.server.access.env_access import check_request
 from rollgym.server.errors import BadRequest
+from rollgym.server.http.declared import declared
 from rollgym.server.rollout.evaluation import evaluate
 from rollgym.server.routes.deps import ServicesDep, require_admin
-from rollgym.server.weights.base import NcclWeights
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+router = APIRouter(dependencies=[Depends(require_admin)])
 
 
-@router.post("/weights")
+@declared(router, api.WEIGHTS_UPLOAD)
 async def upload_weights(
     request: Request,
     services: ServicesDep,
@@ -43,12 +44,12 @@ async def upload_weights(
     return await services.weights.from_stream(request.stream(), expected)
 
 
-@router.post("/weights/from-path")
+@declared(router, api.WEIGHTS_FROM_PATH)
 async def weights_from_path(body: WeightsFromPath, services: ServicesDep) -> WeightUpdateResult:
     return await services.weights.from_path(Path(body.path), body.expected_version)
 
 
-@router.post("/weights/nccl/init")
+@declared(router, api.NCCL_INIT)
 async def nccl_init(body: NcclInit, services: ServicesDep) -> PolicyInfo:
     """GPU hosts: join the trainer's NCCL group (vLLM's native weight transfer)."""
     await services.engine.init_nccl(body.model_dump())
@@ -59,7 +60,7 @@ async def nccl_init(body: NcclInit, services: ServicesDep) -> PolicyInfo:
     )
 
 
-@router.post("/weights/nccl")
+@declared(router, api.NCCL_UPDATE)
 async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateResult:
     """GPU hosts: receive the broadcast the trainer starts right after this call."""
     weights = NcclWeights(
@@ -70,24 +71,24 @@ async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateRe
     return await services.weights.from_nccl(weights, body.expected_version)
 
 
-@router.post("/rollouts")
+@declared(router, api.ROLLOUTS_START)
 async def start_rollouts(body: RolloutJob, services: ServicesDep) -> RolloutStatus:
     check_request(services.settings.env_access, body.env_id, body.env_kwargs, lane="admin")
     return await services.runner.start(body)
 
 
-@router.get("/rollouts")
+@declared(router, api.ROLLOUTS)
 async def rollout_status(services: ServicesDep) -> RolloutStatus:
     return services.runner.status()
 
 
-@router.delete("/rollouts")
+@declared(router, api.ROLLOUTS_STOP)
 async def stop_rollouts(services: ServicesDep, drain: bool = False) -> RolloutStatus:
     """Stop the job: running groups are cancelled and counted, or finish with ``drain``."""
     return await services.runner.stop(drain=drain)
 
 
-@router.post("/evaluations")
+@declared(router, api.EVALUATE)
 async def run_evaluation(body: EvaluationRequest, services: ServicesDep) -> EvaluationResult:
     """Episodes on held-out seeds with the current policy, beside any rollout job
     (``rollout.evaluation``): one group per seed, nothing filtered or stored."""
@@ -100,22 +101,17 @@ async def run_evaluation(body: EvaluationRequest, services: ServicesDep) -> Eval
     )
 
 
-@router.post("/buffer/pull", response_model=PullResponse)
+@declared(router, api.PULL)
 async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Response:
     """A ``PullResponse``, its groups as the buffer stored them (never serialized again)."""
-    services.trainer_version = body.trainer_version
     response, leased = await services.buffer.pull(
         body, services.engine.policy_version, abandoned=request.is_disconnected
     )
-    for waited in leased.waited_s:
-        services.metrics.buffer_wait.observe(waited)
-    if response.dropped_stale:
-        services.metrics.dropped.labels(reason="stale").inc(response.dropped_stale)
     answer = await asyncio.to_thread(leased.answer_bytes, response)
     return Response(answer, media_type="application/json")
 
 
-@router.post("/buffer/ack")
+@declared(router, api.ACK)
 async def ack(body: AckRequest, services: ServicesDep) -> AckResponse:
     return AckResponse(acked=await services.buffer.ack(body.group_ids))
 

@@ -1,10 +1,11 @@
 """Agent-facing routes: health, metrics and the policy (open), external-agent sessions
-(an agent key: ``Authorization: Bearer <agent key>``, see ``server.agent_keys``)."""
+(an agent key: ``Authorization: Bearer <agent key>``, see ``server.access.agent_keys``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Response
 
+from rollgym.contract import api
 from rollgym.contract.wire import (
     Health,
     PolicyInfo,
@@ -14,31 +15,24 @@ from rollgym.contract.wire import (
     SessionStep,
     SessionStepResult,
 )
-from rollgym.server.metrics import CONTENT_TYPE
+from rollgym.server.http.declared import declared
+from rollgym.server.observability.metrics import CONTENT_TYPE
 from rollgym.server.routes.deps import AgentDep, ServicesDep
 
 router = APIRouter()
 
 
-@router.get("/health")
+@declared(router, api.HEALTH)
 async def health(services: ServicesDep) -> Health:
     return Health(policy_version=services.engine.policy_version)
 
 
-@router.get("/metrics")
+@declared(router, api.METRICS)
 async def metrics(services: ServicesDep) -> Response:
-    m = services.metrics
-    depth = services.buffer.depth
-    m.set_buffer_depth(depth.ready, depth.leased)
-    m.policy_version.set(services.engine.policy_version)
-    if services.trainer_version is not None:
-        m.version_lag.set(services.engine.policy_version - services.trainer_version)
-    if services.pool is not None:
-        m.set_pool_status(services.pool)
-    return Response(m.render(), media_type=CONTENT_TYPE)
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE)
 
 
-@router.get("/v1/policy")
+@declared(router, api.POLICY)
 async def policy(services: ServicesDep) -> PolicyInfo:
     return PolicyInfo(
         policy_version=services.engine.policy_version,
@@ -47,7 +41,7 @@ async def policy(services: ServicesDep) -> PolicyInfo:
     )
 
 
-@router.post("/v1/sessions", status_code=status.HTTP_201_CREATED)
+@declared(router, api.SESSION_CREATE)
 async def create_session(
     body: SessionCreate, services: ServicesDep, agent: AgentDep
 ) -> SessionCreated:
@@ -59,13 +53,13 @@ async def create_session(
         raise
 
 
-@router.post("/v1/sessions/{session_id}/step")
+@declared(router, api.SESSION_STEP)
 async def step_session(
     session_id: str, body: SessionStep, services: ServicesDep, agent: AgentDep
 ) -> SessionStepResult:
     return await services.sessions.step(session_id, body.action, agent=agent.name)
 
 
-@router.delete("/v1/sessions/{session_id}")
+@declared(router, api.SESSION_CLOSE)
 async def close_session(session_id: str, services: ServicesDep, agent: AgentDep) -> SessionClosed:
     return await services.sessions.close(session_id, agent=agent.name)

@@ -15,18 +15,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from rollgym.contract.archive import ArchiveKind, ArchivePage
-from rollgym.contract.wire import MAX_VERSION
+from rollgym.contract import api
+from rollgym.contract.archive import ArchivePage, ArchiveQuery
+from rollgym.server.http.declared import declared
 from rollgym.server.routes.deps import ServicesDep, require_admin
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+router = APIRouter(dependencies=[Depends(require_admin)])
 
 
-@router.get("/archive")
+@declared(router, api.ARCHIVE)
 async def read_archive(
-    services: ServicesDep,
-    kind: ArchiveKind = "groups",
-    after: Annotated[int, Query(ge=0, le=MAX_VERSION)] = 0,  # a cursor: SQLite's integers
-    limit: Annotated[int, Query(ge=1, le=2000)] = 200,
+    services: ServicesDep, query: Annotated[ArchiveQuery, Query()]
 ) -> ArchivePage:
-    return await services.buffer.read_archive(kind, after, limit)
+    return await services.buffer.read_archive(query.kind, query.after, query.limit)

@@ -8,26 +8,23 @@ a busy 2-core machine, several per request).
 from __future__ import annotations
 
 import dataclasses
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from rollgym.sandboxes.base import SandboxPool
-from rollgym.server.agent_keys import Agent, AgentKeys, QuotaLedger
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.engine.base import PolicyEngine, ServingEngine
+from rollgym.engine.weights.updater import WeightUpdater
+from rollgym.server.access.agent_keys import Agent, AgentKeys, QuotaLedger
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
-from rollgym.server.cost import CostMeter
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.dashboard.recorder import DashboardRecorder
-from rollgym.server.engine.base import ServingEngine
-from rollgym.server.errors import Forbidden, Unauthorized
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.policy import PolicyEngine
+from rollgym.server.http.auth import admin_dependency
+from rollgym.server.observability.cost import CostMeter
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.sessions import SessionManager
-from rollgym.server.weights.updater import WeightUpdater
+from rollgym.server.sessions.manager import SessionManager
 
 
 @dataclasses.dataclass
@@ -48,8 +45,6 @@ class Services:
     cost: CostMeter  # the cost board
     agent_keys: AgentKeys  # who may call the agent routes
     quotas: QuotaLedger  # what each agent key holds and has generated
-    pool: SandboxPool | None = None
-    trainer_version: int | None = None  # from the trainer's last pull
 
 
 async def get_services(request: Request) -> Services:
@@ -60,16 +55,8 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def require_admin(
-    services: ServicesDep, authorization: Annotated[str | None, Header()] = None
-) -> None:
-    """Admin routes need ``Authorization: Bearer <ROLLGYM_ADMIN_TOKEN>`` (401/403)."""
-    if not authorization:
-        raise Unauthorized("admin routes need the header 'Authorization: Bearer <token>'")
-    scheme, _, token = authorization.partition(" ")
-    expected = services.settings.admin_token.get_secret_value()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), expected.encode()):
-        raise Forbidden("the bearer token is not the admin token")
+require_admin = admin_dependency(lambda request: request.app.state.services.settings.admin_token)
+"""Admin routes need ``Authorization: Bearer <ROLLGYM_ADMIN_TOKEN>`` (401/403)."""
 
 
 async def require_agent(

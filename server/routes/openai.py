@@ -5,14 +5,14 @@ Every answer carries the policy version (body ``policy_version``, header
 ``session_id``) is recorded as that session's model turn; see ``server.sessions``.
 
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
-``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.toolcalls``);
+``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.conversation.toolcalls``);
 the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
 and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
 answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
-Chat and completions need an agent key (``server.agent_keys``): a call is admitted while
+Chat and completions need an agent key (``server.access.agent_keys``): a call is admitted while
 the key is under its tokens-per-minute quota, and its generated tokens are charged to it.
 ``/v1/models`` stays open, like ``/v1/policy``, which names the model too.
 """
@@ -28,13 +28,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
-from rollgym.contract.wire import SamplingSettings
-from rollgym.server.chat import ChatCodec, ChatInputError
-from rollgym.server.errors import BadRequest
-from rollgym.server.offload import by_size
-from rollgym.server.policy import Generation, PolicyEngine
-from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
-from rollgym.server.routes.openai_schema import (
+from rollgym.contract import api
+from rollgym.contract.openai import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionRequest,
@@ -51,20 +46,27 @@ from rollgym.server.routes.openai_schema import (
     ToolCall,
     usage,
 )
+from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.server.conversation.codec import ChatCodec, ChatInputError
+from rollgym.server.conversation.toolcalls import parse_tool_calls
+from rollgym.server.errors import BadRequest
+from rollgym.server.http.declared import declared
+from rollgym.server.http.offload import by_size
+from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_stream import chat_chunks, sse
-from rollgym.server.sessions import ModelAnswer
-from rollgym.server.toolcalls import parse_tool_calls
+from rollgym.server.sessions.manager import ModelAnswer
 
-router = APIRouter(prefix="/v1")
+router = APIRouter()
 VERSION_HEADER = "X-Policy-Version"
 
 
-@router.get("/models")
+@declared(router, api.MODELS)
 async def models(services: ServicesDep) -> ModelList:
     return ModelList(data=[ModelCard(id=services.settings.engine.model_name)])
 
 
-@router.post("/chat/completions", response_model=ChatCompletion)
+@declared(router, api.CHAT)
 async def chat_completions(
     body: ChatCompletionRequest,
     response: Response,
@@ -154,7 +156,7 @@ async def _n_generations(
     )
 
 
-@router.post("/completions")
+@declared(router, api.COMPLETIONS)
 async def completions(
     body: CompletionRequest, response: Response, services: ServicesDep, agent: AgentDep
 ) -> Completion:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from rollgym.server.routes.openai_schema import (
+from rollgym.contract.openai import (
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,

@@ -25,8 +25,8 @@ from rollgym.contract.archive import ArchivePage
 from rollgym.contract.wire import Trajectory
 from rollgym.envs.tool_use import TOOLS
 from rollgym.run.server_process import ServerProcess
-from rollgym.server.chat import ChatCodec
-from rollgym.server.toolcalls import parse_tool_calls
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.conversation.toolcalls import parse_tool_calls
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train

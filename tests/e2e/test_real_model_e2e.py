@@ -14,7 +14,7 @@ import pytest
 
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
 from rollgym.run.server_process import ServerProcess
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train

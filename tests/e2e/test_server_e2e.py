@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from rollgym.contract.wire import PullResponse, RolloutStatus, Trajectory, TrajectoryGroup
-from rollgym.server.chat import ChatCodec
+from rollgym.server.conversation.codec import ChatCodec
 
 TOKEN = "e2e-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

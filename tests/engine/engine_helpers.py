@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.weights.store import PolicyStore
-from rollgym.server.weights.updater import WeightUpdater
+from rollgym.engine.metrics import NullMetrics
+from rollgym.engine.weights.store import PolicyStore
+from rollgym.engine.weights.updater import WeightUpdater
 
 
 def hf_logprobs(model, prompt: list[int], sampled: list[int]) -> list[float]:
@@ -37,6 +37,6 @@ def weight_updater(engine, staging: Path) -> WeightUpdater:
         staging,
         PolicyStore(staging.parent / "policy"),
         max_bytes=1 << 31,
-        metrics=ServerMetrics(),
+        metrics=NullMetrics(),
         aliases=engine.tied_aliases(),
     )

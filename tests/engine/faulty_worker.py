@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rollgym.server.engine.worker_ext import RollgymWorkerExtension
+from rollgym.engine.vllm.worker_ext import RollgymWorkerExtension
 
 HANG_S = 120.0
 SLOW_S = 3.0

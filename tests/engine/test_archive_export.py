@@ -14,8 +14,9 @@ from rollgym.contract.archive import ArchivePage
 from rollgym.data.curate import CurateConfig, curate
 from rollgym.data.export import write_export
 from rollgym.data.sources import from_data_dir
+from rollgym.engine.config import EngineConfig
 from rollgym.server.app import create_app
-from rollgym.server.config import EngineConfig, ServerSettings
+from rollgym.server.config import ServerSettings
 
 TOKEN = "engine-test-admin-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

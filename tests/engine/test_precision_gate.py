@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.precision.measure import HeldOutTask, compare_precisions
+from rollgym.evaluation.measure import HeldOutTask, compare_precisions
 from rollgym.trainer.evaluate import held_out_seeds
 
 EPISODES = 8

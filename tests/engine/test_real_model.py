@@ -15,11 +15,11 @@ import torch
 from engine_helpers import chunks, hf_logprobs, weight_updater
 
 from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.vllm.engine import VLLMEngine
+from rollgym.engine.weights.updater import WeightUpdater
 from rollgym.models.catalog import CATALOG
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import EngineConfig
-from rollgym.server.engine.vllm_engine import VLLMEngine
-from rollgym.server.weights.updater import WeightUpdater
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.trainer.weights import SafetensorsBody
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

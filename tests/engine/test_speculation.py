@@ -12,9 +12,9 @@ import pytest_asyncio
 import torch
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import EngineConfig, SpeculationConfig
-from rollgym.server.engine.vllm_engine import VLLMEngine
+from rollgym.engine.config import EngineConfig, SpeculationConfig
+from rollgym.engine.vllm.engine import VLLMEngine
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 

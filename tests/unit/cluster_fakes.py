@@ -2,7 +2,8 @@
 and ``RaySupervisor``, exercised by ``tests/e2e/test_cluster_e2e.py``).
 
 * ``FakeServer``: one rollout server in memory (``ServerAPI``): a version, a buffer of
-  groups (ready, leased, acked), a rollout job, sessions, and the routes the router forwards.
+  groups (ready, leased, acked; the acked ones are its archive), a rollout job, sessions,
+  and the routes the router forwards.
 * ``FakeBox``: the durable part of a server (its buffer and version), which a restart
   reopens, as a server's data dir is.
 * ``FakeSupervisor``: slots of fake servers; ``kill(i)`` is a SIGKILL (the server stops
@@ -26,6 +27,7 @@ from rollgym.cluster.actor import Whereabouts
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.errors import ServerAnswered, ServerUnreachable
 from rollgym.cluster.servers import Reply
+from rollgym.contract.archive import ArchivedGroup, ArchivePage, ArchiveQuery
 from rollgym.contract.wire import (
     ErrorBody,
     ErrorCode,
@@ -180,6 +182,18 @@ class FakeServer:
             completed_groups=len(self.box.groups), dropped_zero_variance=0,
             invalid_trajectories=0,
         )  # fmt: skip
+
+    async def archive(self, query: ArchiveQuery) -> ArchivePage:
+        """The acked groups, in the order they were put, ``seq`` 1, 2, ..."""
+        self._alive("archive")
+        acked = [g for g, state in self.box.groups.values() if state == "acked"]
+        items = [
+            ArchivedGroup(seq=seq, outcome="trained", archived_at=0.0, group=g)
+            for seq, g in enumerate(acked, start=1)
+            if seq > query.after
+        ][: query.limit]
+        more = bool(items) and items[-1].seq < len(acked)
+        return ArchivePage(items=items, next_after=items[-1].seq if more else None)
 
     async def forward(
         self, method: str, path: str, headers: Mapping[str, str], body: bytes

@@ -10,9 +10,9 @@ import pytest
 import torch
 from server_fakes import engine_factory, in_process, settings
 
+from rollgym.engine.fake import FakeEngine
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.conversation.codec import ChatCodec
 
 
 @pytest.fixture(params=["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])

@@ -35,17 +35,23 @@ import torch
 from fastapi import FastAPI
 from safetensors.torch import save
 
+from rollgym.engine.fake import FakeEngine
 from rollgym.envs.spaces import ChatText, Messages
-from rollgym.server.agent_keys import Agent, AgentKeysConfig, AgentQuota, QuotaLedger, SessionLease
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.server.access.agent_keys import (
+    Agent,
+    AgentKeysConfig,
+    AgentQuota,
+    QuotaLedger,
+    SessionLease,
+)
+from rollgym.server.access.env_access import EnvAccessConfig
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings, SessionConfig
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.env_access import EnvAccessConfig
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.errors import NotFound
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.environments import RegistryEnvs
-from rollgym.server.sessions import SessionManager
+from rollgym.server.sessions.manager import SessionManager
 
 ADMIN_TOKEN = "unit-test-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -14,8 +14,8 @@ from server_fakes import AGENT_KEY, sandboxed_app
 
 from examples.agents.httpx_agent import Task, agent_client
 from examples.agents.openai_agents_agent import Episode, play_episode
+from rollgym.engine.fake import FakeEngine
 from rollgym.run.loopback import on_loopback
-from rollgym.server.engine.fake import FakeEngine
 
 CALLS = (
     '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>\n'

@@ -122,7 +122,7 @@ def test_trl_lays_out_the_tokens_rollgyms_codec_does(default_model_dir: Path) ->
     from trl.chat_template_utils import parse_response
 
     from bench.peers_trl import grpo_config, quiet_experimental
-    from rollgym.server.chat import ChatCodec
+    from rollgym.server.conversation.codec import ChatCodec
     from rollgym.trainer.config import TrainerConfig
 
     assert get_json_schema(GuessGame.guess) == GUESS_TOOL.to_openai()

@@ -11,19 +11,19 @@ from server_fakes import ADMIN, engine_factory, in_process, settings
 
 from rollgym.contract.dashboard import DashboardData, TrainerReport
 from rollgym.contract.wire import Trajectory, TrajectoryGroup, TurnRecord
-from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.config import CostConfig, DashboardConfig
-from rollgym.server.cost import CostMeter, DeviceClock, LongTail
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.engine.speculation import (
+from rollgym.engine.base import Generation
+from rollgym.engine.fake import FakeEngine
+from rollgym.engine.vllm.speculation import (
     EngineMeter,
     SpeculationController,
     SpeculationGate,
     Window,
     WindowRule,
 )
-from rollgym.server.policy import Generation
+from rollgym.server.app import create_app
+from rollgym.server.config import CostConfig, DashboardConfig
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.observability.cost import CostMeter, DeviceClock, LongTail
 
 
 class Clock:

@@ -9,10 +9,10 @@ import pytest
 from server_fakes import ADMIN, engine_factory, guessing_script, in_process, settings
 
 from rollgym.contract.dashboard import DashboardData, TrainerReport
+from rollgym.engine.fake import FakeEngine
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
 from rollgym.server.config import DashboardConfig
-from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.conversation.codec import ChatCodec
 
 GUESS = "rollgym/GuessNumber-v0"
 

@@ -10,14 +10,20 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.registry import Collector
 
 from rollgym.contract.dashboard import TrainerReport
-from rollgym.contract.wire import Trajectory, TrajectoryGroup, TurnRecord
-from rollgym.server.buffer import BufferDepth
+from rollgym.contract.wire import (
+    PullRequest,
+    PullResponse,
+    Trajectory,
+    TrajectoryGroup,
+    TurnRecord,
+)
+from rollgym.server.buffer.store import BufferDepth
 from rollgym.server.config import DashboardConfig
 from rollgym.server.dashboard.intervals import IntervalSet
 from rollgym.server.dashboard.quantiles import difference, quantile, read_buckets, total
 from rollgym.server.dashboard.recorder import ENVIRONMENT, DashboardRecorder, Reading, env_spans
 from rollgym.server.dashboard.sampler import read_server
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.trainer.stages import covered as trainer_covered
 
 # --- IntervalSet ---------------------------------------------------------------------------
@@ -216,13 +222,15 @@ def test_stage_view_splits_busy_time_into_buckets() -> None:
 def test_buffer_waits_from_episode_end_until_pull_and_lags_are_counted() -> None:
     clock = Clock(1000.0)
     recorder = DashboardRecorder(DashboardConfig(), clock=clock)
-    recorder.group_stored(_group("a", _trajectory("a", 1002.0, [(0.5, 0.1)], version=3)))
-    recorder.group_stored(_group("b", _trajectory("b", 1004.0, [(0.5, 0.1)], version=1)))
+    recorder.stored(_group("a", _trajectory("a", 1002.0, [(0.5, 0.1)], version=3)))
+    recorder.stored(_group("b", _trajectory("b", 1004.0, [(0.5, 0.1)], version=1)))
     clock.now = 1006.0
     waiting = recorder.stage_view(clock.now, buckets=1)
     assert waiting.totals["buffer"].busy_s == pytest.approx(4.0)  # open since 1002
     group_a = _group("a", _trajectory("a", 1002.0, [(0.5, 0.1)], version=3))
-    recorder.pulled([group_a], trainer_version=4, max_staleness=2)  # b (v1) is stale: closed
+    pull = PullRequest(trainer_version=4, max_staleness=2, num_groups=1)
+    answer = PullResponse(lease_id="l", groups=[group_a], dropped_stale=1, policy_version=4)
+    recorder.pulled(pull, answer, waited_s=[4.0])  # b (v1) is stale: closed
     clock.now = 1020.0
     done = recorder.stage_view(clock.now, buckets=1)
     assert done.totals["buffer"].busy_s == pytest.approx(4.0)  # nothing waits after 1006
@@ -232,14 +240,18 @@ def test_buffer_waits_from_episode_end_until_pull_and_lags_are_counted() -> None
 def test_rewards_average_valid_returns_per_sampling_version() -> None:
     recorder = DashboardRecorder(DashboardConfig(), clock=Clock())
     recorder.stored(
-        [
-            _trajectory("a", 1.0, [(0.1, 0.1)], version=0, reward=1.0),
-            _trajectory("a", 1.0, [(0.1, 0.1)], version=0, reward=0.0),
-            _trajectory("b", 1.0, [(0.1, 0.1)], version=1, reward=0.5),
-        ]
+        TrajectoryGroup(
+            group_id="a",
+            env_id="e",
+            trajectories=[
+                _trajectory("a", 1.0, [(0.1, 0.1)], version=0, reward=1.0),
+                _trajectory("a", 1.0, [(0.1, 0.1)], version=0, reward=0.0),
+            ],
+        )
     )
+    recorder.stored(_group("b", _trajectory("b", 1.0, [(0.1, 0.1)], version=1, reward=0.5)))
     invalid = _trajectory("c", 1.0, [(0.1, 0.1)], version=1, reward=0.0)
-    recorder.stored([invalid.model_copy(update={"valid": False, "invalid_reason": "box died"})])
+    recorder.set_aside(invalid.model_copy(update={"valid": False, "invalid_reason": "box died"}))
     assert [(p.policy_version, p.mean, p.count) for p in recorder.rewards()] == [
         (0, 0.5, 2),
         (1, 0.5, 1),

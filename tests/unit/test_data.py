@@ -16,9 +16,9 @@ from rollgym.data.dedup import Deduplicator, MinHasher, actions, exact_key
 from rollgym.data.export import write_export
 from rollgym.data.rows import row_of
 from rollgym.data.sources import items_of
+from rollgym.engine.fake import FakeEngine
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.conversation.codec import ChatCodec
 
 CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>'
 

@@ -107,7 +107,7 @@ def test_a_server_that_does_not_answer_is_one_line(capsys) -> None:
 
 
 def test_json_output_is_one_object(tmp_path, capsys, monkeypatch) -> None:
-    from rollgym.precision import commands
+    from rollgym.evaluation import commands
 
     fake = evaluation_of([group(1, [1.0, 0.0]).trajectories], 2)
     monkeypatch.setattr(commands, "_in_engine", lambda args, model_dir, task: fake)

@@ -17,9 +17,10 @@ from rollgym.contract.precision import (
     is_lower,
     weights_fingerprint,
 )
-from rollgym.precision.measure import judge
-from rollgym.server.config import EngineConfig, ServerSettings
-from rollgym.server.precision import admitted_verdict, serving_precision
+from rollgym.engine.config import EngineConfig
+from rollgym.engine.precision import admitted_verdict, serving_precision
+from rollgym.evaluation.measure import judge
+from rollgym.server.config import ServerSettings
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from server_fakes import ADMIN, engine_factory, in_process, settings
 
 from rollgym.contract.wire import PullResponse
-from rollgym.server.agent_keys import AgentKeysConfig
+from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.app import create_app
 
 GUESS = "rollgym/GuessNumber-v0"

@@ -13,7 +13,7 @@ from server_fakes import ADMIN, ADMIN_TOKEN, engine_factory, in_process, setting
 from rollgym.contract.wire import PullResponse
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
-from rollgym.server.agent_keys import (
+from rollgym.server.access.agent_keys import (
     ANONYMOUS,
     Agent,
     AgentKeys,
@@ -23,7 +23,8 @@ from rollgym.server.agent_keys import (
 )
 from rollgym.server.app import create_app
 from rollgym.server.config import SandboxSettings, ServerSettings, SessionConfig
-from rollgym.server.errors import Forbidden, QuotaExceeded, Unauthorized
+from rollgym.server.errors import QuotaExceeded
+from rollgym.server.http.errors import Forbidden, Unauthorized
 
 GUESS = "rollgym/GuessNumber-v0"
 SHELL = "rollgym/Shell-v0"  # plays in a sandbox of the server's pool

@@ -22,12 +22,12 @@ from rollgym.contract.wire import (
     SessionStepResult,
     WeightUpdateResult,
 )
+from rollgym.engine.fake import fake_logprob
 from rollgym.sandboxes import metrics as sbx
+from rollgym.server.access.env_access import EnvAccessConfig
 from rollgym.server.app import create_app
 from rollgym.server.config import SessionConfig
-from rollgym.server.engine.fake import fake_logprob
-from rollgym.server.env_access import EnvAccessConfig
-from rollgym.server.sessions import INLINE_CHARS, SessionManager
+from rollgym.server.sessions.manager import INLINE_CHARS, SessionManager
 
 GUESS = "rollgym/GuessNumber-v0"
 ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right
@@ -296,6 +296,16 @@ async def test_metrics_expose_every_family(client) -> None:
     for name in [*sbx.TIMINGS, *sbx.COUNTS]:  # every metric the sandboxes declare
         assert f"# TYPE {name} " in text, name
     assert "rollgym_generated_tokens_total 2.0" in text
+
+
+async def test_metrics_read_the_version_lag_from_the_trainers_last_pull(client) -> None:
+    """No route keeps the gauges: they are read when /metrics is collected."""
+    pull = {"trainer_version": 0, "max_staleness": 1, "num_groups": 1, "timeout_s": 0}
+    await client.post("/admin/buffer/pull", json=pull, headers=ADMIN)
+    await client.post("/admin/weights", content=safetensors_bytes(), headers=ADMIN)
+    text = (await client.get("/metrics")).text
+    assert "rollgym_policy_version 1.0" in text and "rollgym_version_lag 1.0" in text
+    assert 'rollgym_buffer_groups{state="ready"} 0.0' in text
 
 
 async def test_unknown_routes_answer_with_the_error_body(client) -> None:

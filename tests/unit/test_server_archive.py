@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_server_buffer import Clock, group, pull
 
-from rollgym.server.archive import ArchiveFile
-from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.buffer.archive import ArchiveFile
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
 
 

@@ -8,8 +8,10 @@ import time
 import pytest
 
 from rollgym.contract.wire import PullRequest, PullResponse, Trajectory, TrajectoryGroup
-from rollgym.server.buffer import TrajectoryBuffer
+from rollgym.server.buffer.observers import BufferObserver
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
+from rollgym.server.observability.metrics import ServerMetrics
 
 
 class Clock:
@@ -177,3 +179,41 @@ async def test_an_unreadable_stored_group_is_dropped_and_never_blocks_the_others
     assert [g.group_id for g in response.groups] == ["g2"]
     again, _ = await buffer.pull(pull(2), policy_version=0)
     assert again.groups == []  # g1 was dropped, not re-offered
+
+
+class Watcher(BufferObserver):
+    """Writes down what the buffer tells it."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def stored(self, group: TrajectoryGroup) -> None:
+        self.events.append(("stored", group.group_id))
+
+    def set_aside(self, trajectory: Trajectory) -> None:
+        self.events.append(("set_aside", trajectory.id))
+
+    def pulled(self, request: PullRequest, response: PullResponse, waited_s) -> None:  # type: ignore[no-untyped-def]
+        self.events.append(("pulled", ([g.group_id for g in response.groups], list(waited_s))))
+
+
+async def test_observers_hear_each_new_group_each_set_aside_and_each_pull(tmp_path, clock) -> None:
+    watcher, metrics = Watcher(), ServerMetrics()
+    path = tmp_path / "b.sqlite3"
+    async with TrajectoryBuffer(
+        path, BufferConfig(), observers=[watcher, metrics], clock=clock
+    ) as buffer:
+        assert buffer.trainer_version is None
+        await buffer.put_group(group("g1"))
+        await buffer.put_group(group("g1"))  # a retried put: not new
+        await buffer.put_group(group("old", version=0))
+        bad = group("bad", size=1).trajectories[0].model_copy(update={"valid": False})
+        await buffer.put_invalid(bad)
+        clock.now += 2.0
+        response, _ = await buffer.pull(pull(1, version=2, staleness=1), policy_version=2)
+    assert buffer.trainer_version == 2  # the trainer's version, remembered for the lag
+    assert watcher.events[:3] == [("stored", "g1"), ("stored", "old"), ("set_aside", "bad-0")]
+    assert watcher.events[3] == ("pulled", ([], []))  # both groups were too stale for v2
+    assert response.dropped_stale == 4
+    stale = metrics.dropped.labels(reason="stale")._value.get()
+    assert stale == 4

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rollgym.server.chat import ChatCodec, ChatTemplateError
+from rollgym.server.conversation.codec import ChatCodec, ChatTemplateError
+from rollgym.server.conversation.transcript import Transcript, check_extends
 from rollgym.server.errors import TokenPrefixError
-from rollgym.server.transcript import Transcript, check_extends
 
 OPENING = [
     {"role": "system", "content": "Guess my number from 1 to 16."},

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from server_fakes import ADMIN, engine_factory, in_process, safetensors_bytes, settings
 
+from rollgym.engine.base import StagedWeights
+from rollgym.engine.fake import FakeEngine
+from rollgym.engine.weights.store import PolicyStore
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.weights.base import StagedWeights
-from rollgym.server.weights.store import PolicyStore
+from rollgym.server.conversation.codec import ChatCodec
 
 JOB = {"env_id": "rollgym/GuessNumber-v0", "group_size": 2, "sampling": {"max_tokens": 4}}
 

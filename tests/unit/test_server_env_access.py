@@ -7,10 +7,10 @@ from pydantic import ValidationError
 from server_fakes import ADMIN, engine_factory, in_process, settings
 
 from rollgym.contract.wire import PullResponse
+from rollgym.engine.fake import FakeEngine
+from rollgym.server.access.env_access import EnvAccessConfig, check_request
 from rollgym.server.app import create_app
-from rollgym.server.chat import ChatCodec
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.env_access import EnvAccessConfig, check_request
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.errors import EnvNotAllowed
 
 GUESS = "rollgym/GuessNumber-v0"

@@ -7,8 +7,9 @@ import contextlib
 import json
 import time
 
-from rollgym.server.guards import error_bytes, watch_loop
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.http.guards import error_bytes
+from rollgym.server.observability.event_loop import watch_loop
+from rollgym.server.observability.metrics import ServerMetrics
 
 
 async def test_the_lag_watch_sees_a_blocked_loop() -> None:

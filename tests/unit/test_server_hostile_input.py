@@ -13,10 +13,10 @@ import gymnasium
 import pytest
 from server_fakes import ADMIN, engine_factory, in_process, safetensors_bytes, settings
 
+from rollgym.engine.base import TensorSpec
+from rollgym.engine.fake import FakeEngine
 from rollgym.envs.core import ChatEnv
 from rollgym.server.app import create_app
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.weights.base import TensorSpec
 
 GUESS = "rollgym/GuessNumber-v0"
 MODEL = "rollgym-tiny"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rollgym.server.engine.fake import FakeEngine
+from rollgym.engine.fake import FakeEngine
 
 MODEL = "rollgym-tiny"
 SAID = 'Sure.\n<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>'

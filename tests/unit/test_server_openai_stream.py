@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rollgym.server.routes.openai_schema import (
+from rollgym.contract.openai import (
     ChatChoice,
     ChatCompletion,
     ChatMessageOut,

@@ -8,13 +8,13 @@ import pytest
 from server_fakes import SCRIPTED, ScriptedEnv, ScriptedEnvs, scripted_sessions
 
 from rollgym.contract.wire import SamplingSettings, SessionCreate
-from rollgym.server.agent_keys import Agent, AgentQuota, QuotaLedger
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.engine.fake import FakeEngine
+from rollgym.server.access.agent_keys import Agent, AgentQuota, QuotaLedger
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
-from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.conversation.recording import step_env
 from rollgym.server.errors import Conflict, EnvFailure
-from rollgym.server.recording import step_env
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 
 

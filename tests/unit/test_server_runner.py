@@ -9,12 +9,12 @@ import pytest
 from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script, wait_for
 
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.engine.fake import FakeEngine, fake_logprob
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig, RunnerConfig
-from rollgym.server.engine.fake import FakeEngine, fake_logprob
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.errors import NotFound
-from rollgym.server.metrics import ServerMetrics
+from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.runner import RolloutRunner
 

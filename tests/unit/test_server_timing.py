@@ -8,10 +8,10 @@ import threading
 import pytest
 from server_fakes import engine_factory, in_process, settings
 
+from rollgym.engine.fake import FakeEngine
 from rollgym.server.app import create_app
-from rollgym.server.engine.fake import FakeEngine
-from rollgym.server.offload import INLINE_TOKENS, by_size
-from rollgym.server.timing import RequestClock, engine_span
+from rollgym.server.http.offload import INLINE_TOKENS, by_size
+from rollgym.server.observability.timing import RequestClock, engine_span
 
 
 def timing(header: str) -> dict[str, float]:

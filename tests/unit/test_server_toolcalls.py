@@ -6,8 +6,14 @@ import json
 
 import pytest
 
-from rollgym.server.chat import ChatCodec
-from rollgym.server.toolcalls import CLOSE, OPEN, ParsedCall, ParsedReply, parse_tool_calls
+from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.conversation.toolcalls import (
+    CLOSE,
+    OPEN,
+    ParsedCall,
+    ParsedReply,
+    parse_tool_calls,
+)
 
 TOOLS = {"calculator", "python"}
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>'

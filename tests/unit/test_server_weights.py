@@ -13,22 +13,22 @@ import torch
 from safetensors.torch import save
 from server_fakes import safetensors_bytes, wait_for
 
-from rollgym.server.config import WeightCheckConfig
-from rollgym.server.engine.fake import FAKE_MANIFEST, FakeEngine
-from rollgym.server.errors import (
+from rollgym.engine.base import NcclWeights, StagedWeights, TensorSpec
+from rollgym.engine.config import WeightCheckConfig
+from rollgym.engine.errors import (
     BadWeights,
-    NotFound,
     TruncatedWeights,
     UpdateInProgress,
     VersionMismatch,
+    WeightsNotFound,
     WeightsTooLarge,
 )
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.weights import receive as receive_module
-from rollgym.server.weights import updater as updater_module
-from rollgym.server.weights.base import NcclWeights, StagedWeights, TensorSpec
-from rollgym.server.weights.receive import receive, write_all
-from rollgym.server.weights.safetensors_check import (
+from rollgym.engine.fake import FAKE_MANIFEST, FakeEngine
+from rollgym.engine.metrics import NullMetrics
+from rollgym.engine.weights import receive as receive_module
+from rollgym.engine.weights import updater as updater_module
+from rollgym.engine.weights.receive import receive, write_all
+from rollgym.engine.weights.safetensors_check import (
     check_announced,
     l2_norm,
     non_finite,
@@ -36,8 +36,8 @@ from rollgym.server.weights.safetensors_check import (
     read_manifest,
     stage,
 )
-from rollgym.server.weights.store import PolicyStore
-from rollgym.server.weights.updater import WeightUpdater
+from rollgym.engine.weights.store import PolicyStore
+from rollgym.engine.weights.updater import WeightUpdater
 
 
 def write(tmp_path, data: bytes, name: str = "w.safetensors"):
@@ -54,7 +54,7 @@ async def chunks(data: bytes, size: int = 7) -> AsyncIterator[bytes]:
 def updater(engine: FakeEngine, tmp_path, **kwargs) -> WeightUpdater:
     kwargs.setdefault("max_bytes", 1 << 20)
     store = PolicyStore(tmp_path / "policy")
-    return WeightUpdater(engine, tmp_path / "staging", store, metrics=ServerMetrics(), **kwargs)
+    return WeightUpdater(engine, tmp_path / "staging", store, metrics=NullMetrics(), **kwargs)
 
 
 def test_header_gives_names_dtypes_and_shapes(tmp_path) -> None:
@@ -240,7 +240,7 @@ async def test_weights_from_a_path(tmp_path) -> None:
     checkpoint.mkdir()
     write(checkpoint, safetensors_bytes(), "model.safetensors")
     assert (await weights.from_path(checkpoint, expected_version=0)).policy_version == 1
-    with pytest.raises(NotFound):
+    with pytest.raises(WeightsNotFound):
         await weights.from_path(tmp_path / "nowhere", expected_version=None)
 
 

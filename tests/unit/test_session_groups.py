@@ -22,14 +22,14 @@ from server_fakes import (
 )
 
 from rollgym.contract.wire import PullRequest, RolloutStatus, SamplingSettings, SessionCreate
+from rollgym.server.access.env_access import EnvAccessConfig
 from rollgym.server.app import create_app
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig, SessionConfig
-from rollgym.server.env_access import EnvAccessConfig
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.errors import BadRequest, Conflict, WindowFull
-from rollgym.server.metrics import ServerMetrics
-from rollgym.server.sessions import SessionManager
+from rollgym.server.observability.metrics import ServerMetrics
+from rollgym.server.sessions.manager import SessionManager
 
 CRASHING = "test/CrashingSession-v0"
 

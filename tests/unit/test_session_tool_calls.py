@@ -11,8 +11,8 @@ import pytest
 from server_fakes import ADMIN, in_process, sandboxed_app
 
 from rollgym.contract.wire import PullResponse, SessionCreated, SessionStepResult, Trajectory
+from rollgym.engine.fake import FakeEngine
 from rollgym.envs.tool_use import ToolUseEnv
-from rollgym.server.engine.fake import FakeEngine
 
 MODEL = "rollgym-tiny"
 TOOL_USE = "rollgym/ToolUse-v0"

@@ -17,9 +17,9 @@ from server_fakes import SCRIPTED, ScriptedEnvs, agent_lease, scripted_sessions
 from trainer_fakes import FakeServer, scored_batches
 
 from rollgym.contract.wire import PullRequest, SamplingSettings, SessionCreate, TrajectoryGroup
-from rollgym.server.buffer import TrajectoryBuffer
-from rollgym.server.chat import ChatCodec
+from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.trainer.batch import build_batch
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train

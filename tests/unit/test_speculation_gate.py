@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rollgym.server.engine.speculation import (
+from rollgym.engine.vllm.speculation import (
     EngineMeter,
     Replayed,
     ShadowDrafts,
@@ -15,7 +15,7 @@ from rollgym.server.engine.speculation import (
     Window,
     WindowRule,
 )
-from rollgym.server.engine.worker_ext import _expand_batch_to_tokens
+from rollgym.engine.vllm.worker_ext import _expand_batch_to_tokens
 
 
 def gate(**overrides: float) -> SpeculationGate:

@@ -10,12 +10,12 @@ import pytest
 from trainer_fakes import random_group
 
 from rollgym.contract.wire import SamplingSettings
+from rollgym.engine.fake import FakeEngine
 from rollgym.envs.guess_demos import demonstrations
 from rollgym.run.pipeline import RunConfig
 from rollgym.run.plot import moving_average, write_report_png
 from rollgym.run.warmstart import tokenize_conversation
-from rollgym.server.chat import ChatCodec
-from rollgym.server.engine.fake import FakeEngine
+from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.trainer.checkpoint import DropCounts
