@@ -178,3 +178,63 @@ class PoolConfig(BaseModel):
         if reserved:
             raise ValueError(f"labels {reserved} use the reserved 'rollgym.' prefix")
         return labels
+
+
+class ImagePoolConfig(BaseModel):
+    """A pool of boxes of many images (``ImagePool``): warm boxes per image, one cap.
+
+    Every box counts against ``max_boxes`` (idle, leased or starting) and its
+    ``memory_mb`` against ``max_memory_mb``; when a box of an image is wanted and the
+    caps are reached, the least recently used idle box of another image is stopped. An
+    image keeps as many warm boxes as it had leased at once within ``demand_window_s``
+    (``sandboxes.demand``); ``box`` is the default box (``acquire()`` with none named),
+    of which ``warm_default`` are started with the pool and always kept.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_boxes: int = Field(16, ge=1, le=1024, description="boxes of all images at once")
+    max_memory_mb: int | None = Field(
+        None, ge=32, description="the sum of the boxes' memory limits; None: no cap"
+    )
+    warm_default: int = Field(0, ge=0, le=1024, description="default boxes always kept warm")
+    demand_window_s: float = Field(
+        120.0, gt=0, description="an image keeps the most boxes it had leased in this window"
+    )
+    acquire_timeout_s: float = Field(60.0, gt=0, description="default wait for a box")
+    start_parallelism: int = Field(8, ge=1, le=64, description="boxes started at once")
+    recycle_after_timeout: bool = Field(
+        True, description="retire a box whose command timed out instead of resetting it"
+    )
+    health_interval_s: float = Field(
+        10.0, ge=0, description="how often idle boxes are pinged and surplus stopped; 0: off"
+    )
+    runtime_dir: str = Field(default_factory=default_runtime_dir)
+    labels: dict[str, str] = Field(default_factory=dict, description="extra container labels")
+    box: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    @model_validator(mode="after")
+    def _fits_its_caps(self) -> ImagePoolConfig:
+        self.pool_config(self.box)  # the runtime folder and labels, as a one-image pool's
+        if self.warm_default > self.max_boxes:
+            raise ValueError(
+                f"warm_default={self.warm_default} boxes do not fit in max_boxes={self.max_boxes}"
+            )
+        if self.max_memory_mb is not None:
+            need = self.box.memory_mb * max(1, self.warm_default)
+            if need > self.max_memory_mb:
+                raise ValueError(
+                    f"max_memory_mb={self.max_memory_mb} cannot hold {max(1, self.warm_default)} "
+                    f"default boxes of {self.box.memory_mb} MiB"
+                )
+        return self
+
+    def pool_config(self, box: SandboxConfig) -> PoolConfig:
+        """The one-image settings of ``box``'s boxes (what a provider of them takes)."""
+        return PoolConfig(
+            size=1,
+            runtime_dir=self.runtime_dir,
+            labels=self.labels,
+            recycle_after_timeout=self.recycle_after_timeout,
+            box=box,
+        )
