@@ -37,18 +37,18 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from typing_extensions import Unpack
 
+from rollgym.envs.box_kinds import default_kinds_pool, kind_pool
 from rollgym.envs.core import Opening, Turn
-from rollgym.envs.errors import ActionError, InfraError, TaskNotFound
+from rollgym.envs.errors import ActionError, TaskNotFound
 from rollgym.envs.harbor.image import SEED_DIR, VERIFIER_DIRS, image_tag
 from rollgym.envs.harbor.reward import VerifierFailed, reward_of
 from rollgym.envs.harbor.task import HarborTask, TaskFormatError, read_tasks, task_files
 from rollgym.envs.messages import clip_text, system, user
 from rollgym.envs.parsing import code_blocks, extract_code
-from rollgym.envs.pool_handle import PoolHandle
 from rollgym.envs.programs import Program, RunShell, grade
 from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
 from rollgym.sandboxes.base import WORK_DIR, Grading, SandboxPool
@@ -65,12 +65,6 @@ REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 GRADE_COMMAND = "mkdir -p /logs/verifier /logs/agent && /tests/test.sh"
 MIN_COMMAND_S = 0.5
-
-
-class BoxKinds(Protocol):
-    """A pool of many kinds of box (``sandboxes.image_pool.ImagePool``)."""
-
-    def for_box(self, box: SandboxConfig) -> SandboxPool: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +181,7 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
     async def _aopen(self, options: dict[str, Any]) -> Opening:
         self._task = self._choose(options)
         if self._pool is None:
-            self._pool = await asyncio.to_thread(default_image_pool)
+            self._pool = await asyncio.to_thread(default_kinds_pool)
         return await super()._aopen(options)
 
     def _choose(self, options: dict[str, Any]) -> HarborTask:
@@ -202,18 +196,13 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
     def _sandbox_pool(self) -> SandboxPool:
         """The pool of the current task's boxes: a view of the shared ``ImagePool``."""
         if self._pool is None:
-            self._pool = default_image_pool()
+            self._pool = default_kinds_pool()
         view = self._views.get(self._task.name)
         if view is None:
-            pool = self._pool.pool if isinstance(self._pool, PoolHandle) else self._pool
-            for_box = getattr(pool, "for_box", None)
-            if for_box is None:
-                raise InfraError(
-                    f"{type(pool).__name__} serves boxes of one image; Harbor tasks need a pool "
-                    "of boxes per image (sandboxes.image_pool.ImagePool; the server makes one "
-                    "when ROLLGYM_SANDBOXES__MAX_BOXES is set)"
-                )
-            view = self._views[self._task.name] = for_box(self.boxes[self._task.name])
+            box = self.boxes[self._task.name]
+            view = self._views[self._task.name] = kind_pool(
+                self._pool, box, needed_by="Harbor tasks"
+            )
         return view
 
     async def _asandbox_pool(self) -> SandboxPool:
@@ -319,13 +308,3 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
 
     def _episode(self) -> HarborEpisode:
         return HarborEpisode(self._reward)
-
-
-def default_image_pool() -> SandboxPool:
-    """A small Docker ``ImagePool`` for an env made without ``sandbox_pool`` (4 boxes)."""
-    from rollgym.sandboxes.config import ImagePoolConfig
-    from rollgym.sandboxes.docker import DockerImagePool  # Docker only when it is needed
-
-    pool = DockerImagePool(ImagePoolConfig(max_boxes=4))
-    pool.start()
-    return pool
