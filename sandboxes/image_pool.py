@@ -86,6 +86,7 @@ class _Kind:
         self.idle: collections.deque[ExecutorSandbox] = collections.deque()  # oldest first
         self.leased: set[ExecutorSandbox] = set()
         self.starting = 0
+        self.resetting = 0  # taken back, being reset: still boxes under the caps
         self.reserved = 0  # boxes of other kinds stopping to make room for this one
         self.waiters: collections.deque[_Waiter] = collections.deque()
         self.demand = Demand(window_s)
@@ -95,7 +96,7 @@ class _Kind:
 
     @property
     def live(self) -> int:
-        return len(self.idle) + len(self.leased) + self.starting
+        return len(self.idle) + len(self.leased) + self.starting + self.resetting
 
     @property
     def unserved(self) -> int:
@@ -370,7 +371,9 @@ class ImagePool:
                 box.reset()
             except SandboxError as exc:
                 reason = box.death_reason or f"reset failed: {exc}"
-        self._retire(kind, box, reason) if reason else self._put_ready(kind, box)
+        self._retire(kind, box, reason, returned=True) if reason else self._put_ready(
+            kind, box, returned=True
+        )
 
     async def arelease(self, sandbox: Sandbox) -> None:
         taken = self._take_back(sandbox)
@@ -383,7 +386,9 @@ class ImagePool:
                 await box.areset()
             except SandboxError as exc:
                 reason = box.death_reason or f"reset failed: {exc}"
-        self._retire(kind, box, reason) if reason else self._put_ready(kind, box)
+        self._retire(kind, box, reason, returned=True) if reason else self._put_ready(
+            kind, box, returned=True
+        )
 
     def _take_back(self, sandbox: Sandbox) -> tuple[_Kind, ExecutorSandbox] | None:
         if not isinstance(sandbox, PooledSandbox) or sandbox.owner is not self:
@@ -394,6 +399,7 @@ class ImagePool:
                 return None  # close() stopped it already
             kind = self._kind_of[box]
             kind.leased.discard(box)
+            kind.resetting += 1  # until _put_ready or _retire
             kind.demand.note(leased=len(kind.leased), now=time.monotonic())
         return kind, box
 
@@ -409,19 +415,27 @@ class ImagePool:
         return None
 
     # -- boxes coming and going -----------------------------------------------------------------
-    def _put_ready(self, kind: _Kind, box: ExecutorSandbox) -> None:
+    def _put_ready(self, kind: _Kind, box: ExecutorSandbox, *, returned: bool = False) -> None:
         """Hand ``box`` to its kind's first waiter, or park it idle (and let the caps decide
-        whether another kind's waiter needs its room)."""
+        whether another kind's waiter needs its room). ``returned``: a released box, counted
+        as resetting until now."""
         with self._lock:
-            if self._state is PoolState.OPEN:
-                while kind.waiters:
-                    if self._hand_over(kind, kind.waiters.popleft(), box):
-                        return
-                kind.idle.append(box)
-                self._schedule_locked()
-                self._changed.notify_all()
-                return
-        self._stop_box(kind, box)
+            kind.resetting -= returned
+            placed = self._place_locked(kind, box)
+        if not placed:
+            self._stop_box(kind, box)
+
+    def _place_locked(self, kind: _Kind, box: ExecutorSandbox) -> bool:
+        """``_put_ready``'s work, the lock held; False when the pool closed (stop the box)."""
+        if self._state is not PoolState.OPEN:
+            return False
+        while kind.waiters:
+            if self._hand_over(kind, kind.waiters.popleft(), box):
+                return True
+        kind.idle.append(box)
+        self._schedule_locked()
+        self._changed.notify_all()
+        return True
 
     def _hand_over(self, kind: _Kind, waiter: _Waiter, box: ExecutorSandbox) -> bool:
         """Give ``box`` to ``waiter`` (lock held); False if the waiter already left."""
@@ -442,15 +456,18 @@ class ImagePool:
         if future.done():  # cancelled between hand-over and now: the box goes back
             taken = self._take_back(lease)
             if taken is not None:
-                self._put_ready(*taken)
+                self._put_ready(*taken, returned=True)
         else:
             future.set_result(lease)
 
-    def _retire(self, kind: _Kind, box: ExecutorSandbox, reason: str) -> None:
+    def _retire(
+        self, kind: _Kind, box: ExecutorSandbox, reason: str, *, returned: bool = False
+    ) -> None:
         """Stop ``box``; start another if its kind still wants one."""
         logger.info("retiring sandbox %s of %s (%s)", box.id, kind.image, reason)
         self._metrics.increment(m.REPLACEMENTS)
         with self._lock:
+            kind.resetting -= returned
             self._stopping += 1
             self._stopping_mb += kind.config.memory_mb
         self._workers.submit(self._stop_job, kind, box, None)
@@ -523,6 +540,7 @@ class ImagePool:
 
     def _start_job(self, kind: _Kind, cold: bool) -> None:
         box: ExecutorSandbox | None = None
+        placed = False
         error = "the pool is closing"
         if not self._closing.is_set():
             start = time.perf_counter()
@@ -538,8 +556,11 @@ class ImagePool:
         with self._changed:
             kind.starting -= 1
             if box is not None:
+                # placed under the same lock as the count drops: no schedule in between may
+                # see this kind's waiter unserved and start a second box for it
                 self._kind_of[box] = kind
                 kind.cold_starts += cold
+                placed = self._place_locked(kind, box)
             else:
                 self._last_error = error
                 if kind.waiters and self._state is PoolState.OPEN:
@@ -547,8 +568,8 @@ class ImagePool:
                         f"a sandbox of {kind.image} failed to start: {error}"
                     ))  # fmt: skip
                 self._changed.notify_all()
-        if box is not None:
-            self._put_ready(kind, box)
+        if box is not None and not placed:
+            self._stop_box(kind, box)
 
     def _stop_job(self, kind: _Kind, box: ExecutorSandbox, room_for: _Kind | None) -> None:
         """Stop a retired or evicted box; its room goes to the kind it was evicted for, or
