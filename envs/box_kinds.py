@@ -10,18 +10,10 @@ agent's doing).
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from rollgym.envs.errors import InfraError
 from rollgym.envs.pool_handle import PoolHandle
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.config import SandboxConfig
-
-
-class BoxKinds(Protocol):
-    """A pool of many kinds of box (``ImagePool``)."""
-
-    def for_box(self, box: SandboxConfig) -> SandboxPool: ...
 
 
 def kind_pool(pool: SandboxPool, box: SandboxConfig, *, needed_by: str) -> SandboxPool:
