@@ -60,4 +60,16 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix != ".py" or installed_name(file_path) is None:
         return None
+    if parent.session.isinitpath(file_path):  # named on the command line: the hook below
+        return None
     return InstalledDoctests.from_parent(parent, path=file_path)
+
+
+def pytest_pycollect_makemodule(
+    module_path: Path, parent: pytest.Collector
+) -> pytest.Module | None:
+    """A package module named on the command line (``pytest envs/core.py``): its doctests
+    too, never the module imported by its path."""
+    if installed_name(module_path) is None:
+        return None
+    return InstalledDoctests.from_parent(parent, path=module_path)  # type: ignore[return-value]

@@ -25,6 +25,7 @@ BUILTIN: tuple[Registration, ...] = (
     Registration("rollgym/Shell-v0", "rollgym.envs.shell:ShellEnv", 10),
     Registration("rollgym/ToolUse-v0", "rollgym.envs.tool_use:ToolUseEnv", 8),
     Registration("rollgym/GuessTool-v0", "rollgym.envs.guess_tool:GuessToolEnv", 3),
+    Registration("rollgym/Compute-v0", "rollgym.envs.compute:ComputeEnv", 4),
 )
 
 BUILTIN_IDS: tuple[str, ...] = tuple(entry.env_id for entry in BUILTIN)

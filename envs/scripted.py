@@ -24,7 +24,7 @@ from rollgym.envs.guess_tool import GuessToolEnv, guess_call
 from rollgym.envs.messages import Message
 from rollgym.envs.python_tests import PythonTestsEnv
 from rollgym.envs.shell import ShellEnv
-from rollgym.envs.tool_use import ToolUseEnv
+from rollgym.envs.tool_use import ToolAnswerEnv
 
 Policy = Callable[[Sequence[Message]], str]
 
@@ -51,12 +51,13 @@ def solver(env: gymnasium.Env[Any, Any]) -> Policy:
     if isinstance(base, ShellEnv):
         commands = fenced("bash", base.task.solution)
         return lambda history: commands
-    if isinstance(base, ToolUseEnv):
+    if isinstance(base, ToolAnswerEnv):
         return _tool_solver(base)
     raise TypeError(f"no scripted solver for {type(base).__name__}")
 
 
-def _tool_solver(env: ToolUseEnv) -> Policy:
+def _tool_solver(env: ToolAnswerEnv) -> Policy:
+    assert env.task is not None, "reset the env first"
     calls = [tool_call(c.name, c.arguments) for c in env.task.solution]
 
     def policy(history: Sequence[Message]) -> str:

@@ -24,6 +24,7 @@ Task set: ``envs/tasks/tool_use.jsonl`` (21 tasks), or ``tasks=``/``task_file=``
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import re
 import shlex
@@ -123,15 +124,20 @@ class AnswerReward:
         return 1.0 if same_answer(episode.answer, episode.expected) else 0.0
 
 
-class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
-    """Answer questions with sandboxed tools; see the module docstring."""
+class ToolAnswerEnv(SandboxEnv[ToolStep, AnswerEpisode]):
+    """Tools that run in the box, then one final answer judged on the host.
+
+    The base of ``ToolUseEnv`` (tasks from a set) and ``ComputeEnv`` (tasks made from the
+    seed): a subclass says which task an episode plays (``_next_task``) and may change the
+    ``system_prompt``; the tools, the turns and the rewards are the same.
+    """
+
+    system_prompt = SYSTEM_PROMPT
 
     def __init__(
         self,
         *,
         sandbox_pool: SandboxPool | None = None,
-        tasks: Sequence[ToolTask] | None = None,
-        task_file: str | None = None,
         step_reward: Callable[[ToolStep], float] | None = None,
         terminal_reward: Callable[[AnswerEpisode], float] | None = None,
         tools: Sequence[dict[str, Any]] | None = None,
@@ -143,23 +149,27 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
             sandbox_pool=sandbox_pool,
             **options,
         )
-        self.tasks = task_set(ToolTask, tasks, task_file, "tool_use")
-        self.tools = [dict(t) for t in tools] if tools else [t.to_openai() for t in TOOLS]
-        self._offered = tuple(offered_tool(declared) for declared in self.tools)
-        self._task = self.tasks[0]
+        declared = [t.to_openai() for t in TOOLS] if tools is None else tools
+        self.tools = [dict(t) for t in declared]
+        self._offered = tuple(offered_tool(tool) for tool in self.tools)
+        self._task: ToolTask | None = None
         self._answer = ""
 
+    @abc.abstractmethod
+    def _next_task(self, options: dict[str, Any]) -> ToolTask:
+        """The task of the episode ``reset`` starts (drawn with ``self.np_random``)."""
+
     @property
-    def task(self) -> ToolTask:
-        """The task of the current (or last) episode."""
+    def task(self) -> ToolTask | None:
+        """The task of the current (or last) episode; None before the first ``reset``."""
         return self._task
 
     def _open_program(self, options: dict[str, Any]) -> Program[Opening]:
-        self._task = choose(self.tasks, options, self.np_random)
+        self._task = self._next_task(options)
         self._answer = ""
         for path, content in self._task.files.items():
             yield from write_file(path, content)
-        return Opening(self._task.id, (system(SYSTEM_PROMPT), user_question(self._task)))
+        return Opening(self._task.id, (system(self.system_prompt), user_question(self._task)))
 
     def _turn_program(self, action: str) -> Program[Turn[ToolStep]]:
         answers = _ANSWER.findall(action)
@@ -191,7 +201,7 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
         if len(answers) > 1:
             raise ActionError("Give exactly one <answer>...</answer>.")
         self._answer = answers[0].strip()
-        right = same_answer(self._answer, self._task.answer)
+        right = same_answer(self._answer, self._current().answer)
         feedback = "Correct." if right else "Wrong answer."
         return Turn(
             (user(feedback),),
@@ -232,7 +242,38 @@ class ToolUseEnv(SandboxEnv[ToolStep, AnswerEpisode]):
         return ToolStep(valid=False)
 
     def _episode(self) -> AnswerEpisode:
-        return AnswerEpisode(self._answer, self._task.answer)
+        return AnswerEpisode(self._answer, self._current().answer)
+
+    def _current(self) -> ToolTask:
+        assert self._task is not None, "ChatEnv only steps a running episode"
+        return self._task
+
+
+class ToolUseEnv(ToolAnswerEnv):
+    """Answer questions with sandboxed tools, tasks from a set; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_pool: SandboxPool | None = None,
+        tasks: Sequence[ToolTask] | None = None,
+        task_file: str | None = None,
+        step_reward: Callable[[ToolStep], float] | None = None,
+        terminal_reward: Callable[[AnswerEpisode], float] | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        **options: Unpack[SandboxOptions],
+    ):
+        super().__init__(
+            sandbox_pool=sandbox_pool,
+            step_reward=step_reward,
+            terminal_reward=terminal_reward,
+            tools=tools or None,
+            **options,
+        )
+        self.tasks = task_set(ToolTask, tasks, task_file, "tool_use")
+
+    def _next_task(self, options: dict[str, Any]) -> ToolTask:
+        return choose(self.tasks, options, self.np_random)
 
 
 def offered_tool(declared: dict[str, Any]) -> Tool:

@@ -20,6 +20,7 @@ from rollgym.sandboxes.docker.provider import LABEL_POOL
 
 ROLLGYM_IDS = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("rollgym/"))
 SANDBOXED = [
+    "rollgym/Compute-v0",
     "rollgym/GuessTool-v0",
     "rollgym/PythonTests-v0",
     "rollgym/Shell-v0",

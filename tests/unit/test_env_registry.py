@@ -47,7 +47,7 @@ def test_the_reference_envs_are_registered_with_string_entry_points_and_turn_lim
 def test_sandboxed_envs_name_sandbox_pool_in_their_signature() -> None:
     """The server passes its pool to envs whose constructor names ``sandbox_pool``."""
     sandboxed = [env_id for env_id in ROLLGYM_IDS if is_sandboxed(env_id)]
-    assert len(sandboxed) == 4
+    assert len(sandboxed) == 5
     for env_id in sandboxed:
         creator = load_env_creator(gymnasium.spec(env_id).entry_point)
         assert "sandbox_pool" in inspect.signature(creator).parameters

@@ -119,3 +119,61 @@ def test_a_python_tests_submission_that_breaks_the_box_is_a_task_failure(tight_p
         assert info["failure"] in (None, "task") and not truncated, info["error"]
     env.close()
     assert_still_fine(tight_pool)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+COMPUTE_ATTEMPTS = {
+    "invalid JSON in the call": '<tool_call>{"name": "python", "arguments": {"code": }}</tool_call>',
+    "unbalanced call tags": '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}',
+    "an unknown tool": tool_call("shell", {"command": "id"}),
+    "a call without its code": tool_call("python", {}),
+    "code that is not a string": tool_call("python", {"code": 42}),
+    "a call and an answer at once": tool_call("python", {"code": "print(1)"})
+    + "<answer>1</answer>",
+    "arguments nested 5,000 deep": (
+        '<tool_call>{"name": "python", "arguments": {"code": ' + _nested(5000) + "}}</tool_call>"
+    ),
+    "a call nested 100,000 deep": "<tool_call>" + _nested(100_000) + "</tool_call>",
+    "code that raises": tool_call("python", {"code": "1 / 0"}),
+    "code that never ends": tool_call("python", {"code": "while True: pass"}),
+    "code that sleeps past the limit": tool_call("python", {"code": "import time; time.sleep(60)"}),
+    "huge output": tool_call("python", {"code": "print('x' * 300_000_000)"}),
+    "binary output": tool_call(
+        "python", {"code": "import sys; sys.stdout.buffer.write(bytes(range(256)))"}
+    ),
+    "code that exits the interpreter": tool_call("python", {"code": "raise SystemExit(3)"}),
+    "code that kills its interpreter": tool_call(
+        "python", {"code": "import os; os.kill(os.getpid(), 9)"}
+    ),
+    "code that recurses forever": tool_call("python", {"code": "def f(): f()\nf()"}),
+    "a memory hog": tool_call("python", {"code": "hog = bytearray(1 << 30)"}),
+    "a NUL in the code": tool_call("python", {"code": "print('a\u0000b')"}),
+    "a lone surrogate in the code": '<tool_call>{"name": "python", "arguments": {"code": "\\ud800"}}</tool_call>',
+    "a message too long": "<answer>" + "9" * 40_000 + "</answer>",
+}
+
+
+@pytest.mark.parametrize("attempt", sorted(COMPUTE_ATTEMPTS))
+def test_whatever_the_compute_agent_writes_is_its_own_task_failure(tight_pool, attempt) -> None:
+    """Every way the tool task's agent can fail is scored as the episode's failure, never an
+    excluded infrastructure one: the episode goes on, and the right answer still pays."""
+    env = gymnasium.make(
+        "rollgym/Compute-v0", sandbox_pool=tight_pool, kinds=["mul"], command_timeout_s=5
+    )
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(COMPUTE_ATTEMPTS[attempt])
+    assert info["failure"] in (None, "task"), info["error"]
+    assert not truncated and not terminated and reward <= 0.0
+    text = obs[0]["content"]
+    assert len(text) < 3000 and "\x00" not in text
+    # the episode goes on: the task is still there to solve, and solving it pays
+    solved = env.unwrapped.solved
+    obs, *_, info = env.step(tool_call("python", {"code": solved.codes[0]}))
+    assert info["failure"] is None and obs[0]["content"] == solved.outputs[0]
+    _, reward, terminated, _, info = env.step(f"<answer>{solved.task.answer}</answer>")
+    assert terminated and reward == pytest.approx(1.0) and info["failure"] is None
+    env.close()
+    assert_still_fine(tight_pool)
