@@ -25,7 +25,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollgym.envs.messages import Message, assistant
-from rollgym.run.warmstart import BUILT_IN_RULES, tokenize_conversation
+from rollgym.run.demos import GUESS_RULES
+from rollgym.run.warmstart import tokenize_conversation
 from rollgym.server.conversation.codec import ChatCodec
 
 
@@ -123,7 +124,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     for model_dir in args.model_dirs:
-        tree = GuessTree(model_dir, args.low, args.high, args.turns, dict(BUILT_IN_RULES)).tree()
+        tree = GuessTree(model_dir, args.low, args.high, args.turns, dict(GUESS_RULES)).tree()
         opening = " ".join(f"{k}:{p:.2f}" for k, p in tree.opening.items())
         print(
             f"{model_dir}\n  exact success {tree.success:.3f}, invalid replies {tree.invalid:.3f}"

@@ -148,24 +148,27 @@ def tool_warm_start(out: Path) -> Path:
     from rollgym.contract import paths
     from rollgym.contract.chat import chat_record, template_messages
     from rollgym.envs.guess_tool import GUESS_TOOL, as_tool_play
+    from rollgym.run.demos import GuessDemos
     from rollgym.run.warmstart import WarmStartConfig, demonstration_records, warm_start
 
     built_in = WarmStartConfig()
+    game = built_in.demos
+    assert isinstance(game, GuessDemos)
     demos = out / "demonstrations.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     with demos.open("w") as handle:
         for record in demonstration_records(built_in):
-            played = as_tool_play(template_messages(record), built_in.low, built_in.high)
+            played = as_tool_play(template_messages(record), game.low, game.high)
             handle.write(chat_record(played, tools=[GUESS_TOOL.to_openai()]).to_json() + "\n")
-    config = built_in.model_copy(
+    none = game.model_copy(
         update={
             "oracle_episodes": 0,
             "imperfect_episodes": 0,
             "drill_episodes": 0,
             "endgame_episodes": 0,
-            "demonstrations": demos,
         }
     )
+    config = built_in.model_copy(update={"demos": none, "demonstrations": demos})
     return warm_start(config, paths.default_model_dir(), out / "warmstart", printer=print)
 
 

@@ -95,8 +95,8 @@ if ENV_ID not in gymnasium.registry:
 
 def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
     from bench.grpo_mode import served, train_timed
+    from rollgym.run.demos import GUESS_RULES
     from rollgym.run.pipeline import RunConfig, TaskConfig, final_weights
-    from rollgym.run.warmstart import BUILT_IN_RULES
     from rollgym.trainer.config import TrainerConfig
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
 
@@ -107,7 +107,7 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
         env_kwargs={
             "low": 1,
             "high": 8,
-            **BUILT_IN_RULES,
+            **GUESS_RULES,
             "latency_s": args.env_latency,
             "latency": args.latency,
         },
@@ -122,14 +122,16 @@ def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Pat
         learning_rate=args.lr,
         max_step_kl=args.max_step_kl or None,
     )
-    run = RunConfig(run_dir=root, task=task, trainer=trainer_config, eval_episodes=0)
+    run = RunConfig(
+        run_dir=root, task=task, trainer=trainer_config, warmstart=None, eval_episodes=0
+    )
     with served(warm_dir, root / "server") as client:
         timed = train_timed(run, client, warm_dir)
         success = evaluate_weights(
             client,
             final_weights(run),
             env_id="rollgym/GuessNumber-v0",  # the same task without the wait
-            env_kwargs={"low": 1, "high": 8, **BUILT_IN_RULES},
+            env_kwargs={"low": 1, "high": 8, **GUESS_RULES},
             seeds=held_out_seeds(args.eval_episodes),
             max_turns=MAX_TURNS,
             sampling=run.sampling(),

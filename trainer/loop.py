@@ -54,6 +54,9 @@ class TrainResult:
     trl_logs: list[dict[str, float]]  # TRL's per-step logs of this session (loss, IS ratio, ...)
     online_eval: list[OnlinePoint] = dataclasses.field(default_factory=list)  # the whole run's
     best_dir: Path | None = None  # the best online point's weights (trainer.online_eval)
+    # this session's turns: "model", "environment" and (turns that used a box) "sandbox"
+    # -> their (p50, p90, p99) seconds
+    turn_latency: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def undone_steps(self) -> int:
@@ -158,4 +161,5 @@ def train(
         trl_logs=list(grpo.state.log_history),
         online_eval=list(online.points) if online is not None else [],
         best_dir=config.output_dir / BEST_DIR if online is not None and online.best else None,
+        turn_latency=progress.turn_latency(),
     )

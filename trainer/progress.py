@@ -73,6 +73,7 @@ class RunProgress:
         self.steps: list[StepRecord] = []
         self.model_s: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
         self.env_s: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+        self.sandbox_s: deque[float] = deque(maxlen=_LATENCY_SAMPLES)  # turns that used a box
         self.sync_s: list[float] = []
         self.trl_logs: dict[str, float] = {}
         self._batch = _Batch()
@@ -96,6 +97,15 @@ class RunProgress:
                 batch.invalid += not trajectory.valid
                 self.model_s.extend(turn.model_s for turn in trajectory.turns)
                 self.env_s.extend(turn.env_s for turn in trajectory.turns)
+                self.sandbox_s.extend(t.sandbox_s for t in trajectory.turns if t.sandbox_s > 0)
+
+    def turn_latency(self) -> dict[str, tuple[float, float, float]]:
+        """p50, p90, p99 seconds of the recent turns: the model's, the environment's, and
+        (where turns used a box) the sandbox's part of the environment's."""
+        latency = {"model": percentiles(self.model_s), "environment": percentiles(self.env_s)}
+        if self.sandbox_s:
+            latency["sandbox"] = percentiles(self.sandbox_s)
+        return latency
 
     def on_busy(self, start: float, end: float, *, kind: str = "train") -> None:
         """The trainer computed (``train``), pushed weights (``sync``) or checkpointed."""
@@ -155,10 +165,11 @@ class RunProgress:
                 f"  {stage:<12}{share.busy_s:>8.1f}s{share.waiting_s:>9.1f}s"
                 f"{100 * share.busy_share:>7.0f}%"
             )
-        lines.append(f"  {'per turn':<12}{'p50':>9}{'p90':>10}")
-        for name, values in (("model", self.model_s), ("environment", self.env_s)):
-            p50, p90 = _percentiles(values)
-            lines.append(f"  {name:<12}{p50 * 1e3:>7.1f}ms{p90 * 1e3:>8.1f}ms")
+        lines.append(f"  {'per turn':<12}{'p50':>9}{'p90':>10}{'p99':>10}")
+        for name, cuts in self.turn_latency().items():
+            widths = zip(cuts, (7, 8, 8), strict=True)
+            label = "  sandbox" if name == "sandbox" else name  # a part of the environment's
+            lines.append(f"  {label:<12}" + "".join(f"{q * 1e3:>{w}.1f}ms" for q, w in widths))
         if trl := _trl_line(self.trl_logs):
             lines.append(trl)
         if last is not None and last.alarms:
@@ -213,12 +224,17 @@ def _alarm_line(alarms: dict[str, float]) -> str:
     return "  alarms: " + ", ".join(parts)
 
 
-def _percentiles(values: Sequence[float] | deque[float]) -> tuple[float, float]:
+def percentiles(values: Sequence[float] | deque[float]) -> tuple[float, float, float]:
+    """p50, p90 and p99 of ``values`` (0.0 for none).
+
+    >>> percentiles([float(v) for v in range(1, 101)])
+    (50.5, 90.1, 99.01)
+    """
     if len(values) < 2:
         only = values[0] if values else 0.0
-        return only, only
-    cuts = statistics.quantiles(values, n=10, method="inclusive")
-    return statistics.median(values), cuts[8]
+        return only, only, only
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return statistics.median(values), round(cuts[89], 6), round(cuts[98], 6)
 
 
 class StepLog:

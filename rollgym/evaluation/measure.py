@@ -15,12 +15,13 @@ chance even at equal precision: that is what the printed intervals are for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgym.contract.precision import (
     PrecisionRun,
@@ -30,6 +31,9 @@ from rollgym.contract.precision import (
 )
 from rollgym.contract.wire import SamplingSettings, Trajectory
 from rollgym.trainer.evaluate import success_rate
+
+if TYPE_CHECKING:
+    from rollgym.sandboxes.pool import WarmPool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +49,12 @@ class HeldOutTask:
 async def play(
     model_dir: Path, precision: str, task: HeldOutTask, *, max_model_len: int = 1024
 ) -> tuple[list[Trajectory], float]:
-    """One episode per seed at ``precision``; returns them and the engine's tokens/s."""
+    """One episode per seed at ``precision``; returns them and the engine's tokens/s. A
+    sandboxed env's episodes get a Docker pool of their own (``sandbox_pool``)."""
     from rollgym.engine.config import EngineConfig
     from rollgym.engine.vllm.engine import VLLMEngine
     from rollgym.server.conversation.codec import ChatCodec
-    from rollgym.server.rollout.environments import RegistryEnvs
+    from rollgym.server.rollout.environments import RegistryEnvs, takes_pool
     from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 
     config = EngineConfig(
@@ -60,9 +65,11 @@ async def play(
     )
     codec = ChatCodec.from_model_dir(model_dir)
     slots = asyncio.Semaphore(task.concurrency)
-    async with VLLMEngine(config) as engine:
+    async with contextlib.AsyncExitStack() as stack:
+        pool = stack.enter_context(sandbox_pool(task)) if takes_pool(task.env_id) else None
+        engine = await stack.enter_async_context(VLLMEngine(config))
         runner = EpisodeRunner(
-            engine, codec, RegistryEnvs(lambda: None), max_model_len=max_model_len
+            engine, codec, RegistryEnvs(lambda: pool), max_model_len=max_model_len
         )
         before = engine.meter.totals()
 
@@ -74,6 +81,14 @@ async def play(
         after = engine.meter.totals()
     busy = after.busy_s - before.busy_s
     return episodes, (after.tokens - before.tokens) / busy if busy > 0 else 0.0
+
+
+def sandbox_pool(task: HeldOutTask) -> WarmPool:
+    """A Docker pool for a sandboxed task's episodes: a box per episode played at once."""
+    from rollgym.sandboxes.config import PoolConfig
+    from rollgym.sandboxes.docker import DockerSandboxPool
+
+    return DockerSandboxPool(PoolConfig(size=min(task.concurrency, len(task.seeds), 16)))
 
 
 def kl_to_training(

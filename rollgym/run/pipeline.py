@@ -2,10 +2,11 @@
 
 Stages, each resumable (a second run picks up where an interrupted one stopped)::
 
-    1. warm start   SFT on GuessNumber demonstrations (trainer.warmstart; skipped if done)
-    2. server       `rollgym serve` on a free loopback port, real vLLM engine, the run's
-                    durable buffer under <run_dir>/server; or a running server
-                    (`server_url`, e.g. the compose service), weights pushed over HTTP
+    1. warm start   SFT on demonstrations of the task (run.warmstart; skipped if done)
+    2. server       `rollgym serve` on a free loopback port, real vLLM engine, a warm pool
+                    of sandboxes for the task's tool calls, the run's durable buffer under
+                    <run_dir>/server; or a running server (`server_url`, e.g. the compose
+                    service), weights pushed over HTTP
     3. GRPO         push the trainer's weights, start the rollout job, train against the
                     server (trainer.loop; resumes from the last checkpoint)
     4. evaluation   success rate on held-out seeds: warm start vs the RL policy
@@ -33,9 +34,10 @@ from rollgym.contract import paths
 from rollgym.contract.wire import RolloutJob, SamplingSettings
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process
+from rollgym.run.demos import GUESS_ID, GUESS_RULES, ComputeDemos, GuessDemos
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
-from rollgym.run.warmstart import BUILT_IN_RULES, WarmStartConfig, warm_start
+from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import (
@@ -56,13 +58,17 @@ class TaskConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    env_id: str = "rollgym/GuessNumber-v0"
-    env_kwargs: dict[str, Any] = Field(
-        default_factory=lambda: {"low": 1, "high": 8, **BUILT_IN_RULES}
-    )
+    env_id: str = GUESS_ID
+    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 8, **GUESS_RULES})
     max_turns: int = Field(3, ge=1)
     max_tokens: int = Field(8, ge=1, description="per model turn")
     temperature: float = Field(1.0, gt=0)
+    sandboxes: int = Field(
+        0,
+        ge=0,
+        description="the server's warm pool of boxes for sandboxed envs (0: none); an "
+        "episode holds one from its reset to its end",
+    )
 
 
 def _default_trainer() -> TrainerConfig:
@@ -144,7 +150,7 @@ class RunConfig(BaseModel):
     task: TaskConfig = Field(default_factory=TaskConfig)
     warmstart: WarmStartConfig | None = Field(
         default_factory=WarmStartConfig,
-        description="SFT on GuessNumber demonstrations first; null: start from model_dir as is",
+        description="SFT on demonstrations of the task first; null: start from model_dir as is",
     )
     trainer: TrainerConfig = Field(default_factory=_default_trainer)
     eval_episodes: int = Field(200, ge=0, description="held-out episodes per policy (0: skip)")
@@ -198,15 +204,34 @@ class RunConfig(BaseModel):
         return self
 
     def _check_warmstart(self, warmstart: WarmStartConfig) -> None:
-        demo_env = {"low": warmstart.low, "high": warmstart.high, **warmstart.env_kwargs}
-        differs = any(self.task.env_kwargs.get(k) != v for k, v in demo_env.items())
-        if self.task.env_id.endswith("GuessNumber-v0") and differs:
+        demos, task = warmstart.demos, self.task
+        if demos.env_id != task.env_id:
             raise ValueError(
-                f"the warm start's demonstrations play GuessNumber with {demo_env}, "
-                f"the task with {self.task.env_kwargs}: they must be the same game"
+                f"the warm start's demonstrations play {demos.env_id}, the task is "
+                f"{task.env_id}: set warmstart.demos for the task, or warmstart to null"
             )
-        if self.task.max_turns != warmstart.max_turns:
-            raise ValueError("warmstart.max_turns must equal task.max_turns (same game)")
+        if isinstance(demos, GuessDemos):
+            demo_env = {"low": demos.low, "high": demos.high, **demos.env_kwargs}
+            if any(task.env_kwargs.get(k) != v for k, v in demo_env.items()):
+                raise ValueError(
+                    f"the warm start's demonstrations play GuessNumber with {demo_env}, "
+                    f"the task with {task.env_kwargs}: they must be the same game"
+                )
+            if task.max_turns != demos.max_turns:
+                raise ValueError("warmstart.demos.max_turns must equal task.max_turns")
+        elif demos.env_kwargs is not None and demos.env_kwargs != task.env_kwargs:
+            raise ValueError(
+                f"warmstart.demos.env_kwargs {demos.env_kwargs} differ from the task's "
+                f"{task.env_kwargs}; leave them out to use the task's"
+            )
+
+    def resolved_warmstart(self) -> WarmStartConfig | None:
+        """The warm start with the task's env kwargs filled in where its demos take them."""
+        warmstart = self.warmstart
+        if warmstart is None or not isinstance(warmstart.demos, ComputeDemos):
+            return warmstart
+        demos = warmstart.demos.model_copy(update={"env_kwargs": dict(self.task.env_kwargs)})
+        return warmstart.model_copy(update={"demos": demos})
 
     @property
     def grpo(self) -> TrainerConfig:
@@ -258,15 +283,17 @@ def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) 
     started = time.monotonic()
     _ensure_model(config.model_dir, printer)
     config.run_dir.mkdir(parents=True, exist_ok=True)
-    if config.warmstart is None:
+    warmstart = config.resolved_warmstart()
+    if warmstart is None:
         printer(f"[1/5] warm start: none, the policy starts as {config.model_dir.name}")
         warm_dir = config.model_dir
     else:
         printer(
-            f"[1/5] warm start: SFT on GuessNumber demonstrations -> {config.run_dir}/warmstart"
+            f"[1/5] warm start: SFT on {warmstart.demos.env_id} demonstrations -> "
+            f"{config.run_dir}/warmstart"
         )
         warm_dir = warm_start(
-            config.warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
+            warmstart, config.model_dir, config.run_dir / "warmstart", printer=printer
         )
 
     server_cores = config.threads.set_up_trainer()  # this process; a server has its own
@@ -352,6 +379,7 @@ def _rollout_server(
             client.wait_until_ready(config.server_wait_s)
         yield client_config
         return
+    settings = {"ROLLGYM_SANDBOXES__POOL_SIZE": str(config.task.sandboxes)}
     if config.servers > 1:
         printer(f"[2/5] starting {config.servers} rollout servers on Ray behind a router")
         with ClusterProcess(
@@ -359,17 +387,20 @@ def _rollout_server(
             model_dir=warm_dir,
             data_dir=config.run_dir / "cluster",
             log_path=config.run_dir / "cluster.log",
+            settings=settings,
             threads=config.threads.server,
         ) as cluster:
             yield cluster.client_config()
         return
-    printer("[2/5] starting the rollout server (vLLM engine) on loopback")
-    seed = {} if config.seed is None else {"ROLLGYM_ENGINE__SEED": str(config.seed)}
+    boxes = f", {config.task.sandboxes} sandboxes" if config.task.sandboxes else ""
+    printer(f"[2/5] starting the rollout server (vLLM engine{boxes}) on loopback")
+    if config.seed is not None:
+        settings["ROLLGYM_ENGINE__SEED"] = str(config.seed)
     with ServerProcess(
         model_dir=warm_dir,
         data_dir=config.run_dir / "server",
         log_path=config.run_dir / "server.log",
-        settings=seed,
+        settings=settings,
         threads=config.threads.server,
         cores=cores,
     ) as server:
@@ -409,6 +440,10 @@ def _write_summary(report: RunReport, config: RunConfig) -> None:
         "groups_trained": report.train.groups_trained,
         "dropped": report.train.dropped.model_dump(),
         "stage_shares": report.train.stage_shares,
+        "turn_latency_s": {
+            name: dict(zip(("p50", "p90", "p99"), cuts, strict=True))
+            for name, cuts in report.train.turn_latency.items()
+        },
         "success_rate": {
             "warm_start": rate(report.warm_start),
             "rl": rate(report.final),

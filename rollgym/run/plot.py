@@ -77,11 +77,24 @@ def write_report_png(
     stages.invert_yaxis()
     stages.set(xlabel="seconds (last session)", title="the loop's four stages")
     stages.legend(fontsize=8)
+    stages.text(
+        0.98, 0.02, turn_note(result), transform=stages.transAxes, ha="right", va="bottom",
+        fontsize=8, family="monospace",
+    )  # fmt: skip
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def turn_note(result: TrainResult) -> str:
+    """The environment's share of the session and its turns' latency, in words."""
+    busy, waiting = result.stage_shares.get("environment", (0.0, 0.0))
+    lines = [f"environment busy {100 * busy / max(busy + waiting, 1e-9):.0f}% of the session"]
+    for name, (p50, _, p99) in result.turn_latency.items():
+        lines.append(f"{name} turn p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms")
+    return "\n".join(lines)
 
 
 _ALARM_LINES = ("kl_behaviour", "entropy", "grad_norm", "clip_ratio", "step_kl")

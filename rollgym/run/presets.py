@@ -3,12 +3,18 @@
 A run's config is built in layers, each overriding only the fields it names (nested tables
 merge key by key): the built-in defaults (``RunConfig``), then the preset, then the
 ``--config`` file, then the command's flags. So ``{"trainer": {"seed": 1}}`` changes the
-seed and keeps every other trainer field of the preset. ``task.env_kwargs`` is the
-exception: a layer that names it replaces it whole, since an env's kwargs belong to that
-env (the built-in game's ``strict`` and ``feedback`` must not leak into another game or
-another env).
+seed and keeps every other trainer field of the preset. ``task.env_kwargs`` and
+``warmstart.demos`` are the exceptions: a layer that names one replaces it whole, since an
+env's kwargs belong to that env (GuessNumber's ``strict`` and ``feedback`` must not leak
+into another game or env), and a demonstrations table to its ``kind``.
 
-* ``default``: the built-in run (the 3.3M default model, an SFT warm start on GuessNumber).
+* ``default``: the built-in run (the 3.3M default model, an SFT warm start on GuessNumber
+  1..8 in 3 turns).
+* ``compute``: the sandboxed tool task, ``rollgym/Compute-v0`` (a python tool in Docker
+  boxes from the server's warm pool, env latency measured per turn), on the default model
+  after a warm start on its demonstrations and copy drills. The box is in the loop, but the
+  3.3M model does not learn to copy operands reliably, so RL has little to build on
+  (docs/training.md, "The tool task").
 * ``smollm2``: SmolLM2-135M-Instruct (``rollgym model pull smollm2-135m-instruct``; the run
   pulls it if needed) on GuessNumber 1..6 in 3 turns, lenient, with range feedback, and no
   warm start: the pretrained model wins 18% of it as it is (docs/training.md has the
@@ -21,17 +27,34 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollgym.contract import paths
+from rollgym.run.demos import COMPUTE_ID
 
 Values = dict[str, Any]
+_SMOLLM2 = "smollm2-135m-instruct"
 
 
 def _default() -> Values:
     return {}
 
 
+def _compute() -> Values:
+    return {
+        "run_dir": str(paths.runs_dir() / "compute"),
+        # a call and its answer fit 64 tokens; one box per episode a group batch plays
+        "task": {"env_id": COMPUTE_ID, "env_kwargs": {}, "max_tokens": 64, "sandboxes": 32},
+        # unclipped, a constant rate for the drills, then the conversations (docs/training.md)
+        "warmstart": {
+            "demos": {"kind": "compute"},
+            "epochs": 1.0,
+            "learning_rate": 1e-3,
+            "max_grad_norm": None,
+        },
+    }
+
+
 def _smollm2() -> Values:
     return {
-        "model_dir": str(paths.models_dir() / "smollm2-135m-instruct"),
+        "model_dir": str(paths.models_dir() / _SMOLLM2),
         "run_dir": str(paths.runs_dir() / "smollm2"),
         "warmstart": None,
         # The candidate with a base rate in 10-60% (18% held out); strict parsing (3.5%),
@@ -47,10 +70,14 @@ def _smollm2() -> Values:
     }
 
 
-PRESETS: dict[str, Callable[[], Values]] = {"default": _default, "smollm2": _smollm2}
+PRESETS: dict[str, Callable[[], Values]] = {
+    "default": _default,
+    "compute": _compute,
+    "smollm2": _smollm2,
+}
 
 
-REPLACED_WHOLE = frozenset({"env_kwargs"})
+REPLACED_WHOLE = frozenset({"env_kwargs", "demos"})
 
 
 def merged(*layers: Mapping[str, Any]) -> Values:

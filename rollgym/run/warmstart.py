@@ -1,10 +1,10 @@
-"""Warm start: supervised fine-tuning (TRL's ``SFTTrainer``) on GuessNumber demonstrations.
+"""Warm start: supervised fine-tuning (TRL's ``SFTTrainer``) on demonstrations of the task.
 
 No pretrained model can be downloaded here, so the default model starts from random weights
-and first learns the game's format and a reasonable policy by imitation. The demonstrations
-mix the oracle (binary search over the range the feedback leaves open) with imperfect play
-(each guess random within that range with probability ``noise``): the warm-started policy
-then guesses well but not optimally, which leaves room for RL to improve its success rate.
+and first learns the task's format and an imperfect policy by imitation, leaving RL room to
+improve it. What the demonstrations play is the ``demos`` config's (``rollgym.run.demos``):
+the built-in run's GuessNumber, or ``Compute`` (the ``compute`` preset: the oracle's tool
+calls, a share of the answers given without the tool, copy drills).
 
 The demonstrations travel in the data format of ``rollgym generate`` and ``rollgym export``
 (OpenAI chat records, ``rollgym.contract.chat``): the built-in ones are converted to it, and
@@ -12,9 +12,11 @@ The demonstrations travel in the data format of ``rollgym generate`` and ``rollg
 ``rollgym generate --min-reward 1`` sampled from a stronger model).
 
 Each conversation becomes one pre-tokenized example laid out by the rollout server's own
-``ChatCodec`` (``tokenize_conversation``): the opening rendered with the generation prompt;
-then per turn the guess's tokens and the end-of-turn token (trained on, ``assistant_masks``
-1, unless the message has OpenAI's ``weight`` 0), and the chat template's text up to the next generation prompt (context only, 0). TRL's ``SFTTrainer`` takes such a dataset as is and masks the labels.
+``ChatCodec`` (``tokenize_conversation``): the opening rendered with the generation prompt
+(and the env's tools); then per turn the message's tokens and the end-of-turn token
+(trained on, ``assistant_masks`` 1, unless the message has OpenAI's ``weight`` 0), and the
+chat template's text up to the next generation prompt (context only, 0). TRL's
+``SFTTrainer`` takes such a dataset as is and masks the labels.
 
 The result is an ordinary model directory (weights + tokenizer); a marker file records the
 config, so a second call with the same config returns at once (``rollgym run`` resumes).
@@ -22,6 +24,7 @@ config, so a second call with the same config returns at once (``rollgym run`` r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -29,57 +32,34 @@ import shutil
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollgym.contract.chat import ChatRecord, chat_record, read_jsonl, template_messages
-from rollgym.envs.guess_demos import DrillTurns, NoiseStyle
+from rollgym.contract.chat import ChatRecord, read_jsonl, template_messages
+from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.server.conversation.codec import ChatCodec
 
 MARKER_FILE = "rollgym-warmstart.json"
-# The built-in task's rules beside its range (docs/training.md says why each is needed).
-BUILT_IN_RULES = {"strict": True, "feedback": "range"}
+Demos = Annotated[ComputeDemos | GuessDemos, Field(discriminator="kind")]
 
 
 class WarmStartConfig(BaseModel):
-    """The SFT warm start: demonstrations and optimisation."""
+    """The SFT warm start: the demonstrations and the optimisation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    oracle_episodes: int = Field(50, ge=0, description="demonstrations by binary search")
-    imperfect_episodes: int = Field(550, ge=0, description="demonstrations with noisy guesses")
-    noise: float = Field(0.8, ge=0, le=1, description="share of wasteful guesses when imperfect")
-    noise_style: NoiseStyle = Field(
-        "lowest", description="a wasteful guess: random in the open range, or its lowest number"
-    )
-    drill_episodes: int = Field(
-        300,
-        ge=0,
-        description="conversations that train the last turn only, after untrained random "
-        "guesses (guess_demos.drills): every late position seen, none of the early play taught",
-    )
-    drill_turns: DrillTurns = Field(
-        "later", description="the turns drills teach: every one after the first, or the last only"
-    )
-    endgame_episodes: int = Field(
-        150,
-        ge=0,
-        description="drills of the end game (guess_demos.endgames): untrained guesses in "
-        "the open range until one number is left, then that number, trained; every number "
-        "equally. They sharpen the trees RL learns; the collapses they made more frequent "
-        "are the trust region's (trainer.max_step_kl) to stop (docs/training.md)",
-    )
-    low: int = 1
-    high: int = 8
-    max_turns: int = Field(3, ge=1)
-    env_kwargs: dict[str, Any] = Field(
-        default_factory=lambda: dict(BUILT_IN_RULES),
-        description="the demo env's other kwargs (strict, feedback): the task's",
-    )
+    demos: Demos = Field(default_factory=GuessDemos)
     epochs: float = Field(6.0, gt=0)
-    learning_rate: float = Field(2e-3, gt=0)
+    learning_rate: float = Field(2e-3, gt=0, description="the conversations' peak (cosine)")
     batch_size: int = Field(32, ge=1)
+    max_grad_norm: float | None = Field(
+        1.0,
+        gt=0,
+        description="clip each step's gradient norm (Trainer's default); None: no clipping. "
+        "Clipped at 1.0 the default model learned no copying in 400 steps of Compute's "
+        "drills, unclipped it copied a call's operands in 300 once (docs/training.md)",
+    )
     gradient_checkpointing: bool = Field(
         False,
         description="recompute activations in the backward pass (TRL's default is on): for "
@@ -129,27 +109,8 @@ def tokenize_conversation(
 
 
 def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
-    """The built-in GuessNumber demonstrations as chat records, then the file's, if any."""
-    from rollgym.envs.guess_demos import demonstrations, drills, endgames
-
-    game: dict[str, Any] = {
-        "low": config.low,
-        "high": config.high,
-        "max_turns": config.max_turns,
-        "env_kwargs": config.env_kwargs,
-    }
-    seed, oracle, imperfect = config.seed, config.oracle_episodes, config.imperfect_episodes
-    conversations: list[Sequence[Mapping[str, Any]]] = []
-    conversations += demonstrations(oracle, seed=seed, **game)
-    conversations += demonstrations(
-        imperfect, seed=seed + oracle, noise=config.noise, style=config.noise_style, **game
-    )
-    conversations += drills(
-        config.drill_episodes, seed=seed + oracle + imperfect, turns=config.drill_turns, **game
-    )
-    endgame_seed = seed + oracle + imperfect + config.drill_episodes
-    conversations += endgames(config.endgame_episodes, seed=endgame_seed, **game)
-    records = [chat_record(conversation) for conversation in conversations]
+    """The built-in demonstrations as chat records, then the file's, if any."""
+    records = config.demos.records(config.seed)
     if config.demonstrations is not None:
         records += read_jsonl(config.demonstrations)
     return records
@@ -157,11 +118,19 @@ def demonstration_records(config: WarmStartConfig) -> list[ChatRecord]:
 
 def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
     """One pre-tokenized example per demonstration record, shuffled."""
+    return _shuffled(codec, demonstration_records(config), config.seed)
+
+
+def drill_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
+    """The demonstrations' drills (trained first), pre-tokenized and shuffled."""
+    return _shuffled(codec, config.demos.drill_records(config.seed), config.seed)
+
+
+def _shuffled(codec: ChatCodec, records: list[ChatRecord], seed: int) -> list[dict[str, list[int]]]:
     examples = [
-        tokenize_conversation(codec, template_messages(record), record.tools)
-        for record in demonstration_records(config)
+        tokenize_conversation(codec, template_messages(record), record.tools) for record in records
     ]
-    random.Random(config.seed).shuffle(examples)
+    random.Random(seed).shuffle(examples)
     return examples
 
 
@@ -182,12 +151,58 @@ def warm_start(
 ) -> Path:
     """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent).
 
-    ``printer`` gets a progress line at every TRL log step (loss, token accuracy).
+    Two phases where the demonstrations have drills (``rollgym.run.demos``): the drills at
+    their own constant learning rate, then the conversations at ``learning_rate`` on a
+    cosine schedule. ``printer`` gets a progress line at every TRL log step.
     """
     if is_warm(out_dir, config):
         return out_dir
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    work_dir = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
+    codec = ChatCodec(tokenizer)
+    phases = [
+        Phase("drills", drill_examples(config, codec), config.demos.drill_learning_rate,
+              "cosine", 1.0),
+        Phase("SFT", sft_examples(config, codec), config.learning_rate, "cosine", config.epochs),
+    ]  # fmt: skip
+    for phase in phases:
+        if phase.examples:
+            _train(model, tokenizer, phase, config, work_dir, printer)
+    model.save_pretrained(str(work_dir))
+    tokenizer.save_pretrained(str(work_dir))
+    marker = {"fingerprint": config.fingerprint(), "config": config.model_dump(mode="json")}
+    (work_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    work_dir.rename(out_dir)
+    return out_dir
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One SFT pass: its examples and its optimisation."""
+
+    name: str
+    examples: list[dict[str, list[int]]]
+    learning_rate: float
+    schedule: str
+    epochs: float
+
+
+def _train(
+    model: Any,
+    tokenizer: Any,
+    phase: Phase,
+    config: WarmStartConfig,
+    work_dir: Path,
+    printer: Callable[[str], object] | None,
+) -> None:
+    """One phase with TRL's ``SFTTrainer``, on ``model`` in place."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     class Progress(TrainerCallback):
@@ -196,20 +211,17 @@ def warm_start(
             if printer is not None and "loss" in logs:
                 accuracy = logs.get("mean_token_accuracy", float("nan"))
                 printer(
-                    f"  SFT step {state.global_step}/{state.max_steps}: loss {logs['loss']:.3f}, "
-                    f"token accuracy {accuracy:.2f}"
+                    f"  {phase.name} step {state.global_step}/{state.max_steps}: loss "
+                    f"{logs['loss']:.3f}, token accuracy {accuracy:.2f}"
                 )
 
-    work_dir = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(work_dir, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
     args = SFTConfig(
         output_dir=str(work_dir),
-        num_train_epochs=config.epochs,
+        num_train_epochs=phase.epochs,
         per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type="cosine",
+        learning_rate=phase.learning_rate,
+        max_grad_norm=config.max_grad_norm or 0.0,
+        lr_scheduler_type=phase.schedule,
         warmup_steps=0.05,
         max_length=512,
         save_strategy="no",
@@ -226,15 +238,9 @@ def warm_start(
         sft = SFTTrainer(
             model=model,
             args=args,
-            train_dataset=Dataset.from_list(sft_examples(config, ChatCodec(tokenizer))),
+            train_dataset=Dataset.from_list(phase.examples),
             processing_class=tokenizer,
             callbacks=[Progress()],
         )
     sft.remove_callback(PrinterCallback)
     sft.train()
-    sft.save_model(str(work_dir))
-    marker = {"fingerprint": config.fingerprint(), "config": config.model_dump(mode="json")}
-    (work_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    work_dir.rename(out_dir)
-    return out_dir

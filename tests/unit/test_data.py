@@ -267,6 +267,7 @@ def _model_run(trajectory: Trajectory) -> int:
 def test_warm_start_demonstrations_go_through_the_chat_format(tmp_path, default_model_dir) -> None:
     from rollgym.contract.chat import write_jsonl
     from rollgym.envs.guess_demos import demonstrations
+    from rollgym.run.demos import GuessDemos
     from rollgym.run.warmstart import (
         WarmStartConfig,
         demonstration_records,
@@ -282,7 +283,7 @@ def test_warm_start_demonstrations_go_through_the_chat_format(tmp_path, default_
 
     path = tmp_path / "chat.jsonl"
     write_jsonl([chat_record(conversation)], path)
-    base = WarmStartConfig(oracle_episodes=2, imperfect_episodes=0)
+    base = WarmStartConfig(demos=GuessDemos(oracle_episodes=2, imperfect_episodes=0))
     extra = base.model_copy(update={"demonstrations": path})
     assert len(demonstration_records(extra)) == len(demonstration_records(base)) + 1
     assert direct in sft_examples(extra, codec)
@@ -292,6 +293,7 @@ def test_warm_start_demonstrations_go_through_the_chat_format(tmp_path, default_
 def test_a_records_tools_are_in_its_sft_prompt(tmp_path, default_model_dir) -> None:
     from rollgym.contract.chat import write_jsonl
     from rollgym.envs.tool_use import TOOLS
+    from rollgym.run.demos import ComputeDemos
     from rollgym.run.warmstart import WarmStartConfig, sft_examples
 
     codec = ChatCodec.from_model_dir(default_model_dir)
@@ -300,13 +302,7 @@ def test_a_records_tools_are_in_its_sft_prompt(tmp_path, default_model_dir) -> N
     conversation = [*opening, {"role": "assistant", "content": "<answer>2</answer>"}]
     path = tmp_path / "chat.jsonl"
     write_jsonl([chat_record(conversation, tools=tools)], path)
-    config = WarmStartConfig(
-        oracle_episodes=0,
-        imperfect_episodes=0,
-        drill_episodes=0,
-        endgame_episodes=0,
-        demonstrations=path,
-    )
+    config = WarmStartConfig(demos=ComputeDemos(episodes=0, drills=0), demonstrations=path)
     [example] = sft_examples(config, codec)
     prompt = codec.first_prompt(opening, tools=tools)  # what the episode runner shows
     assert example["input_ids"][: len(prompt)] == prompt

@@ -263,12 +263,14 @@ def test_endgames_drill_every_number_alone_in_the_open_range() -> None:
 
 
 def test_the_warm_start_adds_endgames_when_asked_and_only_then() -> None:
+    from rollgym.run.demos import GuessDemos
     from rollgym.run.warmstart import WarmStartConfig, demonstration_records
 
-    base = WarmStartConfig(
+    demos = GuessDemos(
         oracle_episodes=2, imperfect_episodes=0, drill_episodes=0, endgame_episodes=0
     )
-    asked = base.model_copy(update={"endgame_episodes": 8})
+    base = WarmStartConfig(demos=demos)
+    asked = base.model_copy(update={"demos": demos.model_copy(update={"endgame_episodes": 8})})
     records = demonstration_records(asked)
     assert len(records) == len(demonstration_records(base)) + 8
     last_guesses = [

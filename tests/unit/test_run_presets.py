@@ -85,3 +85,40 @@ def test_seed_changes_every_training_source_but_not_the_evaluation_seeds() -> No
 def test_seed_keeps_a_preset_without_warm_start_without_one() -> None:
     config = config_of("--preset", "smollm2", "--seed", "2")
     assert config.warmstart is None and config.trainer.seed == 2
+
+
+def test_the_compute_preset_trains_the_sandboxed_tool_task_with_its_own_demonstrations():
+    config = config_of("--preset", "compute")
+    assert config.task.env_id == "rollgym/Compute-v0" and config.task.sandboxes > 0
+    assert config.warmstart is not None and config.warmstart.demos.kind == "compute"
+    resolved = config.resolved_warmstart()
+    assert resolved is not None and resolved.demos.env_kwargs == config.task.env_kwargs
+
+
+def test_the_built_in_run_is_guess_number_with_no_box() -> None:
+    config = RunConfig()
+    assert config.task.env_id == "rollgym/GuessNumber-v0" and config.task.sandboxes == 0
+    assert config.warmstart is not None and config.warmstart.demos.kind == "guess"
+    assert config.warmstart.max_grad_norm == 1.0 and config.trainer.total_steps == 120
+
+
+@pytest.mark.parametrize(
+    ("layer", "message"),
+    [
+        ({"task": {"env_id": "rollgym/Compute-v0", "env_kwargs": {}}}, "demonstrations play"),
+        (
+            {
+                "task": {"env_id": "rollgym/Compute-v0", "env_kwargs": {"digits": 5}},
+                "warmstart": {"demos": {"kind": "compute", "env_kwargs": {}}},
+            },
+            "differ",
+        ),
+    ],
+)
+def test_a_warm_start_for_another_task_is_refused_with_what_to_change(tmp_path, layer, message):
+    from rollgym.trainer.errors import TrainerConfigError
+
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps(layer))
+    with pytest.raises(TrainerConfigError, match=message):
+        config_of("--config", str(file))
