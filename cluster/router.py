@@ -45,7 +45,7 @@ from rollgym.cluster.control import Connect, ControlPlane
 from rollgym.cluster.errors import ServerLost, ServerUnreachable, UnknownSession
 from rollgym.cluster.fleet import Slot
 from rollgym.cluster.metrics import RouterMetrics
-from rollgym.cluster.routing import Owner
+from rollgym.cluster.routing import Owner, caller_of
 from rollgym.cluster.servers import HttpServer, Reply
 from rollgym.cluster.status import DOWN, STATUS, ClusterStatus
 from rollgym.cluster.supervisor import RaySupervisor, Supervisor
@@ -229,7 +229,8 @@ async def models(request: Request) -> Response:
 
 async def create_session(request: Request) -> Response:
     cluster = get_cluster(request)
-    group = _group_named(await request.body())
+    caller = caller_of(request.headers.get("authorization"))
+    group = _group_named(await request.body(), caller)
     fleet = cluster.control.fleet
     slot = fleet.pick() if group is None else _group_slot(cluster, *group)
     response = await forward(cluster, slot, request, "session_create")
@@ -241,14 +242,14 @@ async def create_session(request: Request) -> Response:
     return response
 
 
-def _group_named(body: bytes) -> tuple[Hashable, int] | None:
-    """The group a session-create body names and its size; None for a lone session, and
-    for a body the server will refuse (it is forwarded as it came: the server's 4xx)."""
+def _group_named(body: bytes, caller: str) -> tuple[Hashable, int] | None:
+    """The group a session-create body names (``caller``'s) and its size; None for a lone
+    session, and for a body the server will refuse (forwarded as it came: the server's 4xx)."""
     try:
         request = SessionCreate.model_validate_json(body)
     except ValidationError:
         return None
-    name = group_name(request)
+    name = group_name(request, caller)
     if name is None or request.group_size is None:
         return None
     return name, request.group_size

@@ -5,7 +5,8 @@
   to that server. When that server dies, the session is gone with it: its calls get a
   clear ``server_lost`` error, never a silent hop to another server that does not know it.
 * **Groups on one server.** The G sessions of a session group (named by the agent's
-  ``group_id`` or by its task key) go where its first member went: the server assembles
+  ``group_id`` or by its task key, and by the caller: a name belongs to the key that
+  opened it, as on the server) go where its first member went: the server assembles
   the group, so members elsewhere would each open a group that never fills. The router
   remembers the group until G members came, then forgets it (the name is free again, as
   on the server). If that server dies, the group cannot fill: its later members get
@@ -25,6 +26,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 
 
@@ -73,6 +75,18 @@ def split_seeds(
         else:
             out[name] = list(seeds[i :: len(running)])
     return out
+
+
+def caller_of(authorization: str | None) -> str:
+    """Who sends a call, as far as the router can tell without reading keys: a digest of its
+    ``Authorization`` header ("" without one). One key, one caller; the digest stays here.
+
+    >>> caller_of("Bearer k") == caller_of("Bearer k") != caller_of("Bearer j"), caller_of(None)
+    (True, '')
+    """
+    if not authorization:
+        return ""
+    return hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class Owner(enum.Enum):
