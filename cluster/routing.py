@@ -4,6 +4,9 @@
   transcript and its KV/prefix cache are there), so every later call of the session goes
   to that server. When that server dies, the session is gone with it: its calls get a
   clear ``server_lost`` error, never a silent hop to another server that does not know it.
+  The router forgets a session when its server closed it, or when its server says it does
+  not know it to the caller that made it (``caller_of``): another key's 404 (the server
+  hides other keys' sessions) never makes the router forget the owner's session.
 * **Groups on one server.** The G sessions of a session group (named by the agent's
   ``group_id`` or by its task key, and by the caller: a name belongs to the key that
   opened it, as on the server) go where its first member went: the server assembles
@@ -100,6 +103,7 @@ class Owner(enum.Enum):
 class SessionPlace:
     server: str
     owner: Owner
+    caller: str = ""  # ``caller_of`` the call that made it
 
 
 class SessionTable:
@@ -108,8 +112,8 @@ class SessionTable:
     >>> table = SessionTable()
     >>> table.bind("a", "s0"); table.bind("b", "s1"); table.lose("s0")
     1
-    >>> table.find("a"), table.find("b").owner, table.find("zzz")
-    (SessionPlace(server='s0', owner=<Owner.LOST: 'lost'>), <Owner.SERVING: 'serving'>, None)
+    >>> table.find("a").owner, table.find("b").owner, table.find("zzz")
+    (<Owner.LOST: 'lost'>, <Owner.SERVING: 'serving'>, None)
     >>> table.open_on("s1"), table.open_on("s0")
     (1, 0)
     """
@@ -119,9 +123,9 @@ class SessionTable:
         self._open: collections.Counter[str] = collections.Counter()
         self._max_lost = max_lost
 
-    def bind(self, session_id: str, server: str) -> None:
+    def bind(self, session_id: str, server: str, caller: str = "") -> None:
         self.drop(session_id)
-        self._places[session_id] = SessionPlace(server, Owner.SERVING)
+        self._places[session_id] = SessionPlace(server, Owner.SERVING, caller)
         self._open[server] += 1
 
     def find(self, session_id: str) -> SessionPlace | None:
@@ -140,7 +144,7 @@ class SessionTable:
             if p.server == server and p.owner is Owner.SERVING
         ]
         for sid in lost:
-            self._places[sid] = SessionPlace(server, Owner.LOST)
+            self._places[sid] = dataclasses.replace(self._places[sid], owner=Owner.LOST)
         self._open[server] = 0
         self._forget_oldest_lost()
         return len(lost)
