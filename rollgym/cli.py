@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from rollgym.audit.commands import add_audit_command
 from rollgym.cluster.commands import add_cluster_commands
 from rollgym.data.commands import add_data_commands
 from rollgym.evaluation.commands import add_eval_commands
@@ -38,6 +39,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_training_commands(commands)
     add_data_commands(commands)
     add_eval_commands(commands)
+    add_audit_command(commands)
     return parser
 
 
