@@ -1,6 +1,7 @@
 """Sandbox benchmark: one ``docker exec`` per turn (the baseline) vs the in-box executor.
 
     .venv/bin/python -m bench.sandboxes [--sizes 1,8,32] [--seconds 3]
+    .venv/bin/python -m bench.sandboxes --images     the pool of many images (bench.image_pool)
 
 Per-turn latency (p50/p90/p99) and total turns/s at each number of concurrent boxes, for
 ``docker exec <box> true`` (through the Docker SDK, as a naive env would) and for our
@@ -28,6 +29,7 @@ from pathlib import Path
 import uvloop
 
 import docker
+from bench import image_pool
 from rollgym.sandboxes.base import Check, Sandbox
 from rollgym.sandboxes.config import PoolConfig, SandboxConfig
 from rollgym.sandboxes.docker import DockerSandboxPool
@@ -206,6 +208,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--loop", choices=("uvloop", "asyncio"), default="uvloop", help="uvicorn runs uvloop"
     )
+    parser.add_argument(
+        "--images", action="store_true", help="only the row of many images (bench.image_pool)"
+    )
+    image_pool.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -352,6 +358,10 @@ def report(r: Results) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()} at start (shared)")
+    if args.images:
+        image_pool.main(args)
+        print(f"\nload average {os.getloadavg()} at end")
+        return
     print(f"async calls on {args.loop}\n")
     report(measure(args))
     print(f"\nload average {os.getloadavg()} at end")

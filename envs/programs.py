@@ -20,7 +20,7 @@ import time
 from collections.abc import Generator
 from typing import Any, TypeVar, cast
 
-from rollgym.sandboxes.base import Check, ExecResult, Sandbox, SandboxError
+from rollgym.sandboxes.base import Check, ExecResult, Graded, Grading, Sandbox, SandboxError
 
 T = TypeVar("T")
 
@@ -54,7 +54,12 @@ class Verify:
     checks: tuple[Check, ...]
 
 
-SandboxCall = RunShell | RunPython | WriteFile | ReadFile | Verify
+@dataclasses.dataclass(frozen=True)
+class Grade:
+    grading: Grading
+
+
+SandboxCall = RunShell | RunPython | WriteFile | ReadFile | Verify | Grade
 Program = Generator[SandboxCall, Any, T]
 
 
@@ -77,6 +82,11 @@ def read_file(path: str) -> Program[bytes]:
 def verify(checks: tuple[Check, ...]) -> Program[tuple[bool, ...]]:
     """Which ``checks`` hold, run by the box's verifier out of the agent's reach."""
     return cast(tuple[bool, ...], (yield Verify(checks)))
+
+
+def grade(grading: Grading) -> Program[Graded]:
+    """End the agent's part of the episode and run a task's tests as the box's verifier."""
+    return cast(Graded, (yield Grade(grading)))
 
 
 class Meter:
@@ -136,6 +146,8 @@ def _perform(call: SandboxCall, box: Sandbox) -> Any:
             return box.read_file(path)
         case Verify(checks):
             return box.verify(checks)
+        case Grade(grading):
+            return box.grade(grading)
 
 
 async def _aperform(call: SandboxCall, box: Sandbox) -> Any:
@@ -150,3 +162,5 @@ async def _aperform(call: SandboxCall, box: Sandbox) -> Any:
             return await box.aread_file(path)
         case Verify(checks):
             return await box.averify(checks)
+        case Grade(grading):
+            return await box.agrade(grading)

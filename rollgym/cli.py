@@ -16,6 +16,7 @@ from rollgym.data.commands import add_data_commands
 from rollgym.evaluation.commands import add_eval_commands
 from rollgym.models.commands import add_model_commands
 from rollgym.run.commands import add_training_commands
+from rollgym.tasks.commands import add_tasks_commands
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -40,6 +41,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_data_commands(commands)
     add_eval_commands(commands)
     add_audit_command(commands)
+    add_tasks_commands(commands)
     return parser
 
 

@@ -25,7 +25,10 @@ for the settings, ``sandboxes/metrics.py`` for the metric names, and
     # failure. SandboxDied is the infrastructure's: mark the episode invalid.
 
 Async code: ``async with pool.asandbox() as box: await box.arun_shell(...)``. Metrics:
-pass ``metrics=MetricsRecorder()`` (or any ``MetricsSink``) to the pool.
+pass ``metrics=MetricsRecorder()`` (or any ``MetricsSink``) to the pool. Boxes of many
+images (tasks that bring their own, such as Harbor tasks) come from one
+``image_pool.ImagePool`` under one cap (``docker.DockerImagePool``); a task's own tests run
+as the verifier once the agent is gone through ``Sandbox.grade``.
 """
 
 if __name__ != "rollgym.sandboxes":  # this folder is that subpackage (pyproject's package-dir)

@@ -31,7 +31,10 @@ Errors (one root, translated at the adapter boundary; Docker SDK errors never le
 Every command returns an ``ExecResult`` with stdout, stderr, exit code, time inside the
 box, round trip, and whether output was cut at the cap. ``verify`` runs a task's
 ``Check``s as the box's verifier (another user, the agent's processes frozen) and says
-which hold: what decides a reward never runs where the agent can reach it.
+which hold: what decides a reward never runs where the agent can reach it. ``grade``
+ends the episode: every agent process is killed, then a task's tests are put in the
+box's verifier folders and run as the verifier, and the files they wrote come back
+(``Grading`` -> ``Graded``): a Harbor task's ``tests/test.sh`` and its reward file.
 
 Paths inside a box: commands start in ``WORK_DIR`` (also ``$HOME``), scratch space is
 ``TMP_DIR``; both are wiped by ``reset``. Envs should use these constants (or paths
@@ -43,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -142,6 +145,38 @@ class Check:
     timeout: float = 5.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Grading:
+    """A task's verifier, run once the agent is done (``Sandbox.grade``).
+
+    ``files`` (absolute box paths inside the box's ``verifier_dirs``) are written as the
+    verifier, executable, after those folders were emptied; ``command`` runs as the
+    verifier in ``cwd`` with a bare environment plus ``environment``, for at most
+    ``timeout`` seconds; then ``read`` (paths inside the verifier folders) are read back
+    as the verifier, each at most the box's ``max_file_bytes``.
+    """
+
+    command: str
+    files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
+    read: tuple[str, ...] = ()
+    cwd: str = WORK_DIR
+    timeout: float = 600.0
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Graded:
+    """What a ``Grading`` produced: its exit code, whether it ran out of time, its output
+    (stdout and stderr together, cut at the output cap) and the files read back (None for
+    a file that was not there)."""
+
+    exit_code: int
+    timed_out: bool
+    duration_s: float
+    output: str
+    files: Mapping[str, bytes | None]
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """What runs inside one box. Sync and async forms; the async ones never block the loop.
@@ -149,7 +184,8 @@ class Sandbox(Protocol):
     ``run_shell`` runs as the agent, with ``stdin`` on its standard input (nothing if None).
     ``run_python`` executes in a persistent per-episode namespace (REPL-style): names defined
     by one call are visible to the next, until ``reset``. ``verify`` runs checks out of the
-    agent's reach and returns whether each holds.
+    agent's reach and returns whether each holds; ``grade`` ends the agent's part of the
+    episode and runs a task's verifier (nothing of the agent runs after it, until reset).
     """
 
     @property
@@ -170,6 +206,8 @@ class Sandbox(Protocol):
 
     def verify(self, checks: Sequence[Check]) -> tuple[bool, ...]: ...
 
+    def grade(self, grading: Grading) -> Graded: ...
+
     def reset(self) -> None: ...
 
     async def arun_shell(
@@ -183,6 +221,8 @@ class Sandbox(Protocol):
     async def aread_file(self, path: str) -> bytes: ...
 
     async def averify(self, checks: Sequence[Check]) -> tuple[bool, ...]: ...
+
+    async def agrade(self, grading: Grading) -> Graded: ...
 
     async def areset(self) -> None: ...
 

@@ -41,6 +41,8 @@ from .agent.framing import Frame
 from .base import (
     Check,
     ExecResult,
+    Graded,
+    Grading,
     SandboxDied,
     SandboxError,
     SandboxFileError,
@@ -141,6 +143,10 @@ class ExecutorSandbox:
         request, budget = self._verify_request(checks)
         return _holds(self._call_timed("verify", request, budget), len(checks))
 
+    def grade(self, grading: Grading) -> Graded:
+        request, budget, paths = self._grade_request(grading)
+        return _graded(self._call_timed("grade", request, budget), paths)
+
     def reset(self) -> None:
         start = time.perf_counter()
         self._finish_reset(self._call({"op": "reset"}, self._config.reset_timeout_s), start)
@@ -179,6 +185,10 @@ class ExecutorSandbox:
     async def averify(self, checks: Sequence[Check]) -> tuple[bool, ...]:
         request, budget = self._verify_request(checks)
         return _holds(await self._acall_timed("verify", request, budget), len(checks))
+
+    async def agrade(self, grading: Grading) -> Graded:
+        request, budget, paths = self._grade_request(grading)
+        return _graded(await self._acall_timed("grade", request, budget), paths)
 
     async def areset(self) -> None:
         start = time.perf_counter()
@@ -269,6 +279,28 @@ class ExecutorSandbox:
         ]
         budget = sum(c.timeout + VERIFY_GRACE_S for c in checks)
         return {"op": "verify", "checks": fields}, budget
+
+    def _grade_request(self, grading: Grading) -> tuple[Frame, float, dict[str, str]]:
+        """The request, the host's budget for it, and box path -> the caller's path."""
+        if grading.timeout <= 0:
+            raise ValueError(f"a grading's timeout must be positive, got {grading.timeout}")
+        paths = {self._box_path(path): path for path in grading.read}
+        request = {
+            "op": "grade",
+            "command": grading.command,
+            "cwd": self._box_path(grading.cwd),
+            "timeout": grading.timeout,
+            "cap": self._config.output_limit_bytes,
+            "env": dict(grading.environment),
+            "max_bytes": self._config.max_file_bytes,
+            "files": [
+                {"path": self._box_path(path), "data": _base64(data)}
+                for path, data in grading.files.items()
+            ],
+            "read": list(paths),
+        }
+        # Killing the agent and emptying folders first, like a reset; then the tests.
+        return request, grading.timeout + self._config.reset_timeout_s, paths
 
     def _exec(self, op: str, fields: dict[str, Any], timeout: float | None) -> ExecResult:
         request = self._command_request(op, fields, timeout)
@@ -412,6 +444,26 @@ class ExecutorSandbox:
 def _base64(content: bytes | str) -> str:
     data = content.encode() if isinstance(content, str) else content
     return base64.b64encode(data).decode()
+
+
+def _graded(reply: Frame, paths: dict[str, str]) -> Graded:
+    """The executor's grading reply; anything malformed is the executor's failure."""
+    files = reply.get("files")
+    try:
+        if not isinstance(files, dict) or set(files) != set(paths):
+            raise ValueError(f"files {sorted(files or ())} for {sorted(paths)}")
+        return Graded(
+            exit_code=int(reply["exit_code"]),
+            timed_out=bool(reply["timed_out"]),
+            duration_s=float(reply["duration_s"]),
+            output=str(reply["output"]),
+            files={
+                paths[path]: None if data is None else base64.b64decode(data)
+                for path, data in files.items()
+            },
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SandboxError(f"the executor's grading reply is broken: {exc}") from exc
 
 
 def _holds(reply: Frame, count: int) -> tuple[bool, ...]:

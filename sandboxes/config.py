@@ -5,8 +5,11 @@ defaults of every call. Hardened by default (network none, every capability drop
 the three the executor needs to stay apart from agent code, no-new-privileges, read-only
 root with tmpfs work dirs, memory/CPU/pids limits, agent and verifier users of their
 own, an init); a network is only ever there when ``network="bridge"`` is asked for. An
-environment adjusts its box with ``with_overrides(...)``, validated again. ``PoolConfig``
-is the pool: its size, waits, runtime folder and a ``SandboxConfig``.
+environment adjusts its box with ``with_overrides(...)``, validated again. A task's box
+may start from files of its image (``seed_dir``, copied into the work dir at start and
+after each reset) and have folders only its verifier may enter (``verifier_dirs``, where
+tests and results go after the agent's episode). ``PoolConfig`` is the pool: its size,
+waits, runtime folder and a ``SandboxConfig``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,13 @@ from .base import TMP_DIR, WORK_DIR
 MAX_RUNTIME_DIR_LENGTH = 60
 # Memory the executor and its Python worker need, on top of the tmpfs folders' contents.
 EXECUTOR_RESERVE_MB = 32
+
+
+# Folders a verifier folder may not be: the system's, and the box's own mounts.
+RESERVED_DIRS = frozenset(
+    {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/root", "/run",
+     "/sbin", "/sys", "/usr", "/var", "/home", "/srv", "/mnt", "/media", WORK_DIR, TMP_DIR}
+)  # fmt: skip
 
 
 def default_runtime_dir() -> str:
@@ -70,6 +80,17 @@ class SandboxConfig(BaseModel):
     orphan_grace_s: float = Field(
         30.0, gt=0, description="a box with no host connected this long ends itself"
     )
+    seed_dir: str | None = Field(
+        None,
+        description=f"a folder of the image copied into {WORK_DIR} (owned by the agent) when "
+        "the box starts and after every reset: a task's starting files",
+    )
+    verifier_dirs: tuple[str, ...] = Field(
+        (),
+        description="folders only the verifier may enter (tmpfs, mode 0700, emptied by "
+        "reset): where a task's tests and its verifier's results go (Harbor: /tests, /logs)",
+    )
+    verifier_dir_mb: int = Field(16, ge=1, description="tmpfs size of each verifier folder")
 
     @field_validator("environment")
     @classmethod
@@ -79,11 +100,34 @@ class SandboxConfig(BaseModel):
             raise ValueError(f"{sorted(reserved)} are set by the sandbox; remove them")
         return env
 
+    @field_validator("seed_dir")
+    @classmethod
+    def _absolute_seed(cls, path: str | None) -> str | None:
+        if path is not None and (not os.path.isabs(path) or os.path.normpath(path) == "/"):
+            raise ValueError(f"seed_dir must be an absolute folder other than /, got {path!r}")
+        return path
+
+    @field_validator("verifier_dirs")
+    @classmethod
+    def _own_verifier_dirs(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        for path in paths:
+            clean = os.path.normpath(path)
+            if not os.path.isabs(path) or clean != path or clean.count("/") != 1:
+                raise ValueError(
+                    f"verifier_dirs are top-level absolute folders like '/tests', got {path!r}"
+                )
+            if clean in RESERVED_DIRS:
+                raise ValueError(f"{path} is a system or sandbox folder, not a verifier folder")
+        if len(set(paths)) != len(paths):
+            raise ValueError(f"verifier_dirs {list(paths)} name a folder twice")
+        return paths
+
     @model_validator(mode="after")
     def _apart_and_within_memory(self) -> SandboxConfig:
         if self.verifier_uid == self.uid:
             raise ValueError("verifier_uid must differ from uid: checks run apart from the agent")
         files_mb = self.work_dir_mb + self.tmp_dir_mb + self.shm_mb
+        files_mb += self.verifier_dir_mb * len(self.verifier_dirs)
         if files_mb + EXECUTOR_RESERVE_MB > self.memory_mb:
             raise ValueError(
                 f"work_dir_mb + tmp_dir_mb + shm_mb = {files_mb} MiB of files held in memory "
@@ -134,3 +178,63 @@ class PoolConfig(BaseModel):
         if reserved:
             raise ValueError(f"labels {reserved} use the reserved 'rollgym.' prefix")
         return labels
+
+
+class ImagePoolConfig(BaseModel):
+    """A pool of boxes of many images (``ImagePool``): warm boxes per image, one cap.
+
+    Every box counts against ``max_boxes`` (idle, leased or starting) and its
+    ``memory_mb`` against ``max_memory_mb``; when a box of an image is wanted and the
+    caps are reached, the least recently used idle box of another image is stopped. An
+    image keeps as many warm boxes as it had leased at once within ``demand_window_s``
+    (``sandboxes.demand``); ``box`` is the default box (``acquire()`` with none named),
+    of which ``warm_default`` are started with the pool and always kept.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_boxes: int = Field(16, ge=1, le=1024, description="boxes of all images at once")
+    max_memory_mb: int | None = Field(
+        None, ge=32, description="the sum of the boxes' memory limits; None: no cap"
+    )
+    warm_default: int = Field(0, ge=0, le=1024, description="default boxes always kept warm")
+    demand_window_s: float = Field(
+        120.0, gt=0, description="an image keeps the most boxes it had leased in this window"
+    )
+    acquire_timeout_s: float = Field(60.0, gt=0, description="default wait for a box")
+    start_parallelism: int = Field(8, ge=1, le=64, description="boxes started at once")
+    recycle_after_timeout: bool = Field(
+        True, description="retire a box whose command timed out instead of resetting it"
+    )
+    health_interval_s: float = Field(
+        10.0, ge=0, description="how often idle boxes are pinged and surplus stopped; 0: off"
+    )
+    runtime_dir: str = Field(default_factory=default_runtime_dir)
+    labels: dict[str, str] = Field(default_factory=dict, description="extra container labels")
+    box: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    @model_validator(mode="after")
+    def _fits_its_caps(self) -> ImagePoolConfig:
+        self.pool_config(self.box)  # the runtime folder and labels, as a one-image pool's
+        if self.warm_default > self.max_boxes:
+            raise ValueError(
+                f"warm_default={self.warm_default} boxes do not fit in max_boxes={self.max_boxes}"
+            )
+        if self.max_memory_mb is not None:
+            need = self.box.memory_mb * max(1, self.warm_default)
+            if need > self.max_memory_mb:
+                raise ValueError(
+                    f"max_memory_mb={self.max_memory_mb} cannot hold {max(1, self.warm_default)} "
+                    f"default boxes of {self.box.memory_mb} MiB"
+                )
+        return self
+
+    def pool_config(self, box: SandboxConfig) -> PoolConfig:
+        """The one-image settings of ``box``'s boxes (what a provider of them takes)."""
+        return PoolConfig(
+            size=1,
+            runtime_dir=self.runtime_dir,
+            labels=self.labels,
+            recycle_after_timeout=self.recycle_after_timeout,
+            box=box,
+        )

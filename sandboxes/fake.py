@@ -15,9 +15,10 @@ gone (``kill()``). Not reproduced: the users (agent, verifier and executor are a
 test's user, and checks run with nothing frozen), so nothing here is out of the reach of
 the code under test.
 
-Paths: each box gets a private temp folder. ``write_file``/``read_file`` map
-``WORK_DIR`` (``/work``) and ``TMP_DIR`` (``/tmp``) onto it, so env code uses the same
-paths as with Docker; other absolute paths are refused. Commands start in the mapped work
+Paths: each box gets a private temp folder. ``write_file``/``read_file`` (and a
+grading's files) map ``WORK_DIR`` (``/work``), ``TMP_DIR`` (``/tmp``) and the config's
+``verifier_dirs`` onto it, so env code uses the same paths as with Docker; other absolute
+paths are refused (``seed_dir`` is not reproduced). Commands start in the mapped work
 folder with ``$HOME`` and ``$TMPDIR`` set to the mapped folders, so envs should write
 commands with relative paths, ``~`` or ``$TMPDIR`` (a literal ``/work/x`` inside a shell
 command or Python code is *not* mapped). Not reproduced: limits (memory, pids, CPU), the
@@ -62,6 +63,11 @@ class FakeSandbox(ExecutorSandbox):
         self.work_dir, self.tmp_dir = self.root / "work", self.root / "tmp"
         self.work_dir.mkdir()
         self.tmp_dir.mkdir()
+        self.verifier_dirs = {
+            folder: self.root / "verifier" / folder.strip("/") for folder in config.verifier_dirs
+        }
+        for host_dir in self.verifier_dirs.values():
+            host_dir.mkdir(parents=True, mode=0o700)
         socket_path = str(self.root / SOCKET_NAME)
         super().__init__(
             f"fake-{uuid.uuid4().hex[:8]}",
@@ -96,6 +102,7 @@ class FakeSandbox(ExecutorSandbox):
             "--wipe", str(self.tmp_dir),
             "--python-grace", str(config.python_grace_s),
             "--exit-with-parent",
+            *(arg for folder in self.verifier_dirs.values() for arg in ("--verifier-dir", str(folder))),
         ]  # fmt: skip
         log = open(self.root / "executor.log", "wb")  # noqa: SIM115 - the child keeps it
         with log:
@@ -119,10 +126,11 @@ class FakeSandbox(ExecutorSandbox):
     def _host_path(self, path: str) -> str:
         """Map a box path (``/work/...``, ``/tmp/...``, or relative) onto this box's folder."""
         absolute = posixpath.normpath(posixpath.join(WORK_DIR, path))
-        for box_dir, host_dir in ((WORK_DIR, self.work_dir), (TMP_DIR, self.tmp_dir)):
+        folders = {WORK_DIR: self.work_dir, TMP_DIR: self.tmp_dir, **self.verifier_dirs}
+        for box_dir, host_dir in folders.items():
             if absolute == box_dir or absolute.startswith(box_dir + "/"):
                 return str(host_dir / posixpath.relpath(absolute, box_dir))
-        raise SandboxFileError(f"{path}: the fake sandbox only maps {WORK_DIR} and {TMP_DIR}")
+        raise SandboxFileError(f"{path}: the fake sandbox only maps {sorted(folders)}")
 
     def kill(self) -> None:
         """SIGKILL the executor, as if the box died from outside."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import Check, ExecResult, SandboxState, SandboxStateError
+from .base import Check, ExecResult, Graded, Grading, SandboxState, SandboxStateError
 from .box import ExecutorSandbox
 
 
@@ -58,6 +58,9 @@ class PooledSandbox:
     def verify(self, checks: Sequence[Check]) -> tuple[bool, ...]:
         return self._live().verify(checks)
 
+    def grade(self, grading: Grading) -> Graded:
+        return self._live().grade(grading)
+
     def reset(self) -> None:
         self._live().reset()
 
@@ -77,6 +80,9 @@ class PooledSandbox:
 
     async def averify(self, checks: Sequence[Check]) -> tuple[bool, ...]:
         return await self._live().averify(checks)
+
+    async def agrade(self, grading: Grading) -> Graded:
+        return await self._live().agrade(grading)
 
     async def areset(self) -> None:
         await self._live().areset()

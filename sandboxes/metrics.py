@@ -19,9 +19,17 @@ sandbox_deaths_total               reason      boxes lost: unresponsive (crashed
                                                start_failed
 sandbox_replacements_total                     boxes started to replace a lost or recycled one
 sandbox_recycled_total             reason      boxes retired on purpose: timeout, oom
+sandbox_image_acquire_seconds      image,path  an acquire of a box of one image (``ImagePool``):
+                                               path warm (an idle box was there) or cold (a
+                                               box had to start, or wait for a free one)
+sandbox_image_warm_hits_total      image       acquires served by an idle box of the image
+sandbox_image_cold_starts_total    image       boxes started because none of the image was idle
+sandbox_image_evictions_total      image,      idle boxes stopped: lru (room for another image
+                                   reason      under the caps), demand (more than the image's
+                                               recent demand)
 =================================  ==========  ====================================================
 
-``op`` is one of shell, python, write, read, verify.
+``op`` is one of shell, python, write, read, verify, grade.
 """
 
 from __future__ import annotations
@@ -44,6 +52,10 @@ TRUNCATED = "sandbox_truncated_total"
 DEATHS = "sandbox_deaths_total"
 REPLACEMENTS = "sandbox_replacements_total"
 RECYCLED = "sandbox_recycled_total"
+IMAGE_ACQUIRE = "sandbox_image_acquire_seconds"
+WARM_HITS = "sandbox_image_warm_hits_total"
+COLD_STARTS = "sandbox_image_cold_starts_total"
+EVICTIONS = "sandbox_image_evictions_total"
 
 # Every metric and its label names: what an adapter (the server's Prometheus sink) registers.
 TIMINGS: dict[str, tuple[str, ...]] = {
@@ -52,6 +64,7 @@ TIMINGS: dict[str, tuple[str, ...]] = {
     COMMAND: ("op",),
     COLD_START: (),
     RESET: (),
+    IMAGE_ACQUIRE: ("image", "path"),
 }
 COUNTS: dict[str, tuple[str, ...]] = {
     TIMEOUTS: ("op",),
@@ -60,6 +73,9 @@ COUNTS: dict[str, tuple[str, ...]] = {
     DEATHS: ("reason",),
     REPLACEMENTS: (),
     RECYCLED: ("reason",),
+    WARM_HITS: ("image",),
+    COLD_STARTS: ("image",),
+    EVICTIONS: ("image", "reason"),
 }
 
 Labels = Mapping[str, str]

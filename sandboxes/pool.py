@@ -66,6 +66,7 @@ class _Waiter:
         self.event = threading.Event()
         self.lease: PooledSandbox | None = None
         self.error: SandboxError | None = None
+        self.created = time.monotonic()  # first come, first served across kinds (ImagePool)
 
 
 class WarmPool:

@@ -227,10 +227,25 @@ def _vllm_engine(config: EngineConfig) -> ServingEngine:
 
 
 def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
-    from rollgym.sandboxes.config import PoolConfig, SandboxConfig, default_runtime_dir
-    from rollgym.sandboxes.docker import DockerSandboxPool
+    from rollgym.sandboxes.config import (
+        ImagePoolConfig,
+        PoolConfig,
+        SandboxConfig,
+        default_runtime_dir,
+    )
+    from rollgym.sandboxes.docker import DockerImagePool, DockerSandboxPool
 
     box = SandboxConfig(**config.model_dump(include={"image", "cpuset"}, exclude_none=True))
+    if config.max_boxes:  # boxes of many images (tasks that bring their own) under one cap
+        images = ImagePoolConfig(
+            max_boxes=config.max_boxes,
+            max_memory_mb=config.max_memory_mb,
+            warm_default=config.pool_size,
+            acquire_timeout_s=config.acquire_timeout_s,
+            box=box,
+            runtime_dir=config.runtime_dir or default_runtime_dir(),
+        )
+        return DockerImagePool(images, metrics=sink)
     pool_config = PoolConfig(
         size=config.pool_size,
         acquire_timeout_s=config.acquire_timeout_s,
@@ -246,7 +261,7 @@ async def _start_pool(
     factory: PoolFactory | None,
     stack: contextlib.AsyncExitStack,
 ) -> SandboxPool | None:
-    if config.pool_size == 0:
+    if config.pool_size == 0 and config.max_boxes == 0:
         return None
     pool = (factory or _docker_pool)(config, metrics.sandbox_sink)
     start = getattr(pool, "start", None)

@@ -86,9 +86,21 @@ class RunnerConfig(_Config):
 
 
 class SandboxSettings(_Config):
-    """The shared sandbox pool for sandboxed environments; 0 boxes means no pool."""
+    """The shared sandbox pool for sandboxed environments; 0 boxes means no pool.
+
+    ``pool_size`` boxes of the default image are kept warm. With ``max_boxes`` > 0 the
+    pool serves boxes of any image (envs whose tasks bring their own, such as Harbor
+    tasks: ``rollgym.sandboxes.image_pool``) under that cap, the default image's
+    ``pool_size`` boxes included, and ``max_memory_mb`` caps their memory limits' sum.
+    """
 
     pool_size: int = Field(0, ge=0, le=1024)
+    max_boxes: int = Field(
+        0, ge=0, le=1024, description="boxes of all images at once; 0: the default image only"
+    )
+    max_memory_mb: int | None = Field(
+        None, ge=32, description="with max_boxes: the sum of the boxes' memory limits"
+    )
     image: str | None = Field(None, description="default: the sandboxes package's image")
     acquire_timeout_s: float = Field(60.0, gt=0)
     cpuset: str | None = Field(
@@ -99,6 +111,14 @@ class SandboxSettings(_Config):
         description="the boxes' socket folder (default: the sandboxes package's); in a "
         "container, bind-mount it at the same path on the Docker host",
     )
+
+    @model_validator(mode="after")
+    def _default_boxes_fit(self) -> SandboxSettings:
+        if self.max_boxes and self.pool_size > self.max_boxes:
+            raise ValueError(
+                f"pool_size={self.pool_size} warm boxes do not fit in max_boxes={self.max_boxes}"
+            )
+        return self
 
     @field_validator("runtime_dir")
     @classmethod

@@ -26,13 +26,22 @@ number of host connections. Every request names an ``op``::
     read   {path, max_bytes}         -> {ok, data (base64)}
     verify {checks: [{command, stdin (base64), timeout}]}
                                      -> {ok, holds: [bool, ...]}
+    grade  {command, cwd, timeout, cap, env, max_bytes,
+            files: [{path, data (base64)}], read: [path]}
+                                     -> {ok, exit_code, timed_out, duration_s, output,
+                                         files: {path: base64 | null}}
     reset                            -> {ok, duration_s, oom_kills}
+
+``grade`` ends the agent's part of an episode: every agent process is killed, then a
+task's tests run as the verifier in the verifier folders (``--verifier-dir``; ``grader``).
+A task's starting files (``--seed``, a folder of the image) are copied into the work dir
+when the executor starts on an empty one and after every reset (``seed``).
 
 Python calls go to the Python worker's own socket (``pyworker``), with the same request
 and reply as ``shell`` (``{op: python, code, timeout, cap}``).
 
-A failed request answers ``{ok: false, error: bad_request | file | reset_failed |
-internal, message}``; the executor itself never dies of a request. Files are read and
+A failed request answers ``{ok: false, error: bad_request | file | grading |
+reset_failed | internal, message}``; the executor itself never dies of a request. Files are read and
 written as the agent (its file-system identity), only regular files, never blocking on
 a FIFO, never in /proc or /sys (where /proc/self would be the executor). The sockets
 appear (atomically, by rename) only once they are listening.
@@ -50,10 +59,12 @@ import time
 from collections.abc import Callable
 
 from .framing import Frame
+from .grader import Grader, GradingError
 from .identity import Identities, User
 from .processes import group_alive, kill_group, kill_users, oom_kill_count, reap_children
 from .pyworker import PythonWorker
 from .result import CallResult
+from .seed import plant
 from .server import from_outside_the_box, listen, serve
 from .shell import run_shell
 from .verifier import Verifier
@@ -82,7 +93,12 @@ class Executor:
         self.worker = PythonWorker(args.python_socket, args.work_dir, args.python_grace, identities)
         self.verifier = Verifier(identities, args.shell, args.work_dir)
         self.groups: set[int] = set()  # shell process groups that may still hold processes
-        self.folders = [WipedFolder.capture(folder) for folder in args.wipe]
+        for folder in args.verifier_dir:  # the verifier's alone, whatever the mount said
+            with identities.as_verifier_files():
+                os.chmod(folder, 0o700)
+        verifier_folders = [WipedFolder.capture(folder) for folder in args.verifier_dir]
+        self.folders = [WipedFolder.capture(folder) for folder in args.wipe] + verifier_folders
+        self.grader = Grader(identities, args.shell, verifier_folders)
         self.oom_seen = self._oom_count()
         self.handlers: dict[str, Callable[[Frame, socket.socket | None], Frame]] = {
             "ping": lambda req, host: {
@@ -95,6 +111,7 @@ class Executor:
             "write": self.write,
             "read": self.read,
             "verify": self.verify,
+            "grade": self.grade,
             "reset": self.reset,
         }
 
@@ -189,19 +206,38 @@ class Executor:
         ]
         return {"ok": True, "holds": self.verifier.run(checks)}
 
+    def grade(self, req: Frame, host: socket.socket | None) -> Frame:
+        try:
+            self.end_agent()
+            return self.grader.run(req, host)
+        except GradingError as exc:
+            raise RequestError("grading", str(exc)) from exc
+        except (OSError, TimeoutError) as exc:
+            raise RequestError("grading", f"{type(exc).__name__}: {exc}") from exc
+
+    def end_agent(self) -> None:
+        """Kill every process of the agent (and of the verifier): its part is over."""
+        self.kill_untrusted()  # first: no agent process is left to hold a child of ours
+        self.worker.stop()
+        for pgid in self.groups:
+            kill_group(pgid)
+        self.groups.clear()
+        reap_children()
+
+    def plant_seed(self) -> None:
+        """Copy the task's starting files into the (empty) work dir, as the agent's."""
+        if self.args.seed:
+            plant(self.args.seed, self.args.work_dir, self.identities.agent)
+
     def reset(self, req: Frame, host: socket.socket | None) -> Frame:
         start = time.monotonic()
         try:
-            self.kill_untrusted()  # first: no agent process is left to hold a child of ours
-            self.worker.stop()
-            for pgid in self.groups:
-                kill_group(pgid)
-            self.groups.clear()
-            reap_children()
+            self.end_agent()
             for folder in self.folders:
                 folder.reset(switching=self.identities.switching)
             if self.identities.switching:
                 remove_ipc_objects()
+            self.plant_seed()
         except (OSError, TimeoutError) as exc:
             raise RequestError("reset_failed", str(exc)) from exc
         self.worker.start()
@@ -231,6 +267,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--socket", required=True, help="unix socket path to listen on")
     parser.add_argument("--work-dir", required=True, help="where commands start")
     parser.add_argument("--wipe", action="append", default=[], help="folder reset empties")
+    parser.add_argument(
+        "--verifier-dir", action="append", default=[], help="a folder of gradings (reset empties)"
+    )
+    parser.add_argument("--seed", help="a folder copied into the work dir at start and reset")
     parser.add_argument(
         "--python-socket", help="the Python worker's socket (default: beside --socket)"
     )
@@ -271,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(args.work_dir)
     executor = Executor(args, identities)
     executor.kill_untrusted()  # nothing an earlier executor's agent left may outlive it
+    if not os.listdir(args.work_dir):  # a restarted executor keeps the agent's files
+        executor.plant_seed()
     executor.worker.start()  # listening before the executor's socket appears
     with identities.as_host_files():
         server = listen(args.socket)

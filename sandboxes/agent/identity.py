@@ -92,6 +92,10 @@ class Identities:
         """File calls made for the host see the box as the agent does."""
         return files_as(self.agent)
 
+    def as_verifier_files(self) -> contextlib.AbstractContextManager[None]:
+        """File calls of a grading: the verifier's folders, as the verifier."""
+        return files_as(self.verifier)
+
     def as_host_files(self) -> contextlib.AbstractContextManager[None]:
         """The executor's sockets belong to the host, in the host's own folder."""
         return files_as(self.host)

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import time
+from typing import Any
 
 from .identity import Identities
 from .processes import KILLED, exit_code_of, kill_group, reap
@@ -32,8 +33,17 @@ def run_shell(
     host: socket.socket | None = None,
     stdin: bytes = b"",
     identities: Identities | None = None,
+    as_verifier: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[CallResult, int | None]:
-    """Run ``command``; return its result and its process group id (None if it never ran)."""
+    """Run ``command``; return its result and its process group id (None if it never ran).
+
+    It runs as the agent, or as the verifier with ``as_verifier`` (a task's tests, once
+    the agent is gone); ``env`` replaces the executor's environment.
+    """
+    user: dict[str, Any] = {}
+    if identities is not None:
+        user = identities.verifier_process() if as_verifier else identities.agent_process()
     start = time.monotonic()
     data = _stdin_file(stdin) if stdin else subprocess.DEVNULL
     try:
@@ -44,7 +54,8 @@ def run_shell(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            **(identities.agent_process() if identities else {}),
+            env=env,
+            **user,
         )
     except OSError as exc:  # no process to be had (the box's limit), or no shell
         message = f"rollgym: cannot start the command: {exc}\n"
@@ -52,7 +63,7 @@ def run_shell(
     finally:
         if data != subprocess.DEVNULL:
             os.close(data)
-    if identities is not None:
+    if identities is not None and not as_verifier:
         identities.mark_agent(proc.pid)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = CappedOutput(cap), CappedOutput(cap)

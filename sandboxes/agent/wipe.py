@@ -60,9 +60,11 @@ def wipe(folder: str, *, switching: bool = False) -> None:
     a folder of its own; in a root-owned (sticky) folder each entry goes as its own
     owner. Symbolic links are removed, never followed.
     """
-    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    owner = _owner(os.stat(folder, follow_symlinks=False), switching)
+    with files_as(owner):  # a folder of mode 0700 (the verifier's) opens for its owner only
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        _empty(dir_fd, _owner(os.fstat(dir_fd), switching), switching)
+        _empty(dir_fd, owner, switching)
     finally:
         os.close(dir_fd)
 

@@ -1,4 +1,5 @@
-"""The Docker implementation: ``DockerSandboxPool``, a warm pool of hardened containers.
+"""The Docker implementation: ``DockerSandboxPool``, a warm pool of hardened containers, and
+``DockerImagePool``, warm boxes of many images under one cap.
 
 from rollgym.sandboxes.docker import DockerSandboxPool
 with DockerSandboxPool(PoolConfig(size=8)) as pool:
@@ -8,12 +9,15 @@ with DockerSandboxPool(PoolConfig(size=8)) as pool:
 
 from __future__ import annotations
 
+import threading
+
 import docker
 
-from ..config import PoolConfig
+from ..config import ImagePoolConfig, PoolConfig
+from ..image_pool import ImagePool
 from ..metrics import MetricsSink
 from ..pool import WarmPool
-from .provider import DockerProvider
+from .provider import DockerProvider, docker_errors
 
 
 class DockerSandboxPool(WarmPool):
@@ -32,4 +36,37 @@ class DockerSandboxPool(WarmPool):
         self.pool_id = provider.pool_id
 
 
-__all__ = ["DockerProvider", "DockerSandboxPool"]
+class DockerImagePool(ImagePool):
+    """An ``ImagePool`` of Docker containers: one provider per kind of box, one client."""
+
+    def __init__(
+        self,
+        config: ImagePoolConfig | None = None,
+        *,
+        metrics: MetricsSink | None = None,
+        client: docker.DockerClient | None = None,
+    ) -> None:
+        self._client = client
+        self._own_client = client is None
+        self._client_lock = threading.Lock()
+
+        def provider_for(pool_config: PoolConfig) -> DockerProvider:
+            return DockerProvider(pool_config, metrics=metrics, client=self._shared_client())
+
+        super().__init__(provider_for, config, metrics=metrics)
+
+    def _shared_client(self) -> docker.DockerClient:
+        with self._client_lock:
+            if self._client is None:
+                with docker_errors("connecting to the Docker engine"):
+                    self._client = docker.from_env()
+            return self._client
+
+    def close(self) -> None:
+        super().close()
+        client, self._client = self._client, None
+        if client is not None and self._own_client:
+            client.close()
+
+
+__all__ = ["DockerImagePool", "DockerProvider", "DockerSandboxPool"]

@@ -103,8 +103,16 @@ def container_spec(
         "--verifier-user", f"{config.verifier_uid}:{config.gid}",
         "--host-user", str(host),
         "--orphan-after", str(config.orphan_grace_s),
+        *(arg for folder in config.verifier_dirs for arg in ("--verifier-dir", folder)),
+        *(("--seed", config.seed_dir) if config.seed_dir else ()),
     ]  # fmt: skip
     tmpfs_opts = "rw,exec,nosuid,nodev"
+    # The verifier's own folders: only it may enter them (a grading's tests and results).
+    verifier_tmpfs = {
+        folder: f"{tmpfs_opts},size={config.verifier_dir_mb}m,uid={config.verifier_uid},"
+        f"gid={config.gid},mode=0700"
+        for folder in config.verifier_dirs
+    }
     return {
         "image": config.image,
         "command": command,
@@ -126,6 +134,7 @@ def container_spec(
         "tmpfs": {
             WORK_DIR: f"{tmpfs_opts},size={config.work_dir_mb}m,uid={config.uid},gid={config.gid},mode=0755",
             TMP_DIR: f"{tmpfs_opts},size={config.tmp_dir_mb}m,mode=1777",
+            **verifier_tmpfs,
         },
         "shm_size": f"{config.shm_mb}m",
         "mem_limit": f"{config.memory_mb}m",

@@ -29,6 +29,8 @@ rollgym_event_loop_lag_seconds              histogram  how late the loop wakes a
 rollgym_event_loop_lag_max_seconds          gauge      ... the longest in the last 10 s
 rollgym_event_loop_busy_max_seconds         gauge      most loop-thread CPU in one such sleep
 sandbox_pool_boxes{state}                   gauge*     the pool's boxes: ready, leased, ...
+sandbox_image_boxes{image,state}            gauge*     a pool of many images: each one's boxes
+                                                       and its warm target
 sandbox_*                                   (see sandboxes.metrics) the sandbox pool's own
 ==========================================  =========  =========================================
 
@@ -210,3 +212,12 @@ class LiveGauges(Collector):
             for state in ("ready", "leased", "starting", "waiting"):
                 boxes.add_metric([state], getattr(current, state, 0))
         yield boxes
+        kinds = getattr(self._pool, "kinds", None)  # a pool of many images: each one's boxes
+        if kinds is not None:
+            per_image = GaugeMetricFamily(
+                "sandbox_image_boxes", "boxes of each image by state", labels=["image", "state"]
+            )
+            for kind in kinds():
+                for state in ("ready", "leased", "starting", "waiting", "target"):
+                    per_image.add_metric([kind.image, state], getattr(kind, state))
+            yield per_image

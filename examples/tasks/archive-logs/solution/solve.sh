@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+mkdir -p /app/archive
+mv /app/inbox/*.log /app/archive/

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+wc -w < /app/text.txt | tr -d ' ' > /app/answer.txt

@@ -1,0 +1,6 @@
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle] + ordered[middle + 1]) / 2
