@@ -4,7 +4,9 @@ Prints one row per attack (attempts, crossings) and each crossing's evidence, an
 1 on any crossing, 0 on none. An env that cannot be made (unknown id, kwargs its
 constructor refuses, no Docker for a sandboxed one) is one line on stderr and exit
 status 2. A sandboxed env plays on a one-box Docker pool of the audit's own, so that
-every episode after the first reuses a box another episode had (what residue needs).
+every episode after the first reuses a box another episode had (what residue needs): an
+``ImagePool`` capped at one box, which serves the default box and a kind of its own (a
+Harbor task's image, a data set's verifier folders) alike.
 """
 
 from __future__ import annotations
@@ -62,16 +64,16 @@ def _audit(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _pool_for(env_id: str) -> Iterator[SandboxPool | None]:
-    """A one-box Docker pool when ``env_id`` plays in a sandbox, else None."""
+    """A one-box Docker ``ImagePool`` when ``env_id`` plays in a sandbox, else None."""
     from rollgym.server.rollout.environments import takes_pool
 
     if not takes_pool(env_id):
         yield None
         return
-    from rollgym.sandboxes.config import PoolConfig
-    from rollgym.sandboxes.docker import DockerSandboxPool
+    from rollgym.sandboxes.config import ImagePoolConfig
+    from rollgym.sandboxes.docker import DockerImagePool
 
-    with DockerSandboxPool(PoolConfig(size=1, health_interval_s=0)) as pool:
+    with DockerImagePool(ImagePoolConfig(max_boxes=1, health_interval_s=0)) as pool:
         yield pool
 
 

@@ -96,10 +96,11 @@ class Play:
     def _checked(self, obs: object, what: str) -> str:
         """The observation's text; a crossing if it is not bounded, valid text."""
         contents = [m.get("content") if isinstance(m, dict) else m for m in obs or ()]  # type: ignore[attr-defined]
-        if not all(isinstance(c, str) for c in contents):
+        texts = [c for c in contents if isinstance(c, str)]
+        if len(texts) != len(contents):
             self.crossings.append(f"{what}: an observation that is not text")
             return ""
-        text = "\n".join(contents)
+        text = "\n".join(texts)
         if len(text) > MAX_OBSERVATION_CHARS:
             self.crossings.append(f"{what}: an observation of {len(text)} characters")
         elif "\x00" in text or any(ord(c) in _LONE_SURROGATE for c in text):
