@@ -5,6 +5,7 @@ errors share, so one handler answers both with one body; a missing or wrong admi
 that module's ``Unauthorized`` or ``Forbidden`` (raised by the one admin check)::
 
     ClusterError                      500 server_error
+    ├── InvalidRequest (ValueError)   422 invalid_request: a body the router reads is wrong
     ├── NoWeightFiles                 400 bad_weights: a weights path with no safetensors
     ├── WeightsTooLarge               413 weights_too_large: an upload over the limit
     ├── NoServer                      503 no_server: nothing in rotation (all restarting)
@@ -27,6 +28,13 @@ from rollgym.server.http.errors import HttpError
 
 class ClusterError(HttpError):
     """Root of the cluster's errors (see the module docstring)."""
+
+
+class InvalidRequest(ClusterError, ValueError):
+    """A body the router itself reads does not fit (the server's answer to it: its 422)."""
+
+    status = 422
+    code = ErrorCode.INVALID_REQUEST
 
 
 class NoWeightFiles(ClusterError):

@@ -21,7 +21,9 @@ The routes are the server's own declarations (``rollgym.contract.api``; a test c
 the router answers every one of them) and the router's two (``cluster.status``). Every
 forwarded answer carries ``X-Rollgym-Server`` (which server answered). A call whose server
 died gets ``503 server_lost``; with no server in rotation, ``503 no_server``. Errors, the
-admin check and the admin token's rule are the server's (``rollgym.server.http``).
+admin check, the admin token's rule and the last-resort answer (an exception nothing
+translated is a logged 500 with the one error body, never a bare one) are the server's
+(``rollgym.server.http``).
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ from rollgym.cluster.aggregate import merge_dashboards, relabel
 from rollgym.cluster.archive import read_archive
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.control import Connect, ControlPlane
-from rollgym.cluster.errors import ServerLost, ServerUnreachable, UnknownSession
+from rollgym.cluster.errors import InvalidRequest, ServerLost, ServerUnreachable, UnknownSession
 from rollgym.cluster.fleet import Slot
 from rollgym.cluster.metrics import RouterMetrics
-from rollgym.cluster.routing import Owner
+from rollgym.cluster.routing import Owner, caller_of
 from rollgym.cluster.servers import HttpServer, Reply
 from rollgym.cluster.status import DOWN, STATUS, ClusterStatus
 from rollgym.cluster.supervisor import RaySupervisor, Supervisor
@@ -76,6 +78,7 @@ from rollgym.contract.wire import (
 from rollgym.server.http.auth import admin_dependency
 from rollgym.server.http.declared import declared
 from rollgym.server.http.errors import install_error_handlers
+from rollgym.server.http.guards import LastResort
 from rollgym.server.sessions.groups import group_name
 
 SERVER_HEADER = "X-Rollgym-Server"
@@ -124,6 +127,7 @@ def create_router(
     for route, endpoint in PASS_THROUGH:
         app.add_route(route.path, endpoint, methods=[route.method])
     install_error_handlers(app)
+    app.add_middleware(LastResort)  # the server's last resort: no call ever gets a bare 500
     return app
 
 
@@ -229,26 +233,27 @@ async def models(request: Request) -> Response:
 
 async def create_session(request: Request) -> Response:
     cluster = get_cluster(request)
-    group = _group_named(await request.body())
+    caller = caller_of(request.headers.get("authorization"))
+    group = _group_named(await request.body(), caller)
     fleet = cluster.control.fleet
     slot = fleet.pick() if group is None else _group_slot(cluster, *group)
     response = await forward(cluster, slot, request, "session_create")
     if response.status_code == 201:
         session_id = orjson.loads(response.body)["session_id"]
-        fleet.sessions.bind(session_id, slot.name)
+        fleet.sessions.bind(session_id, slot.name, caller)
         if group is not None:
             fleet.groups.arrived(group[0])
     return response
 
 
-def _group_named(body: bytes) -> tuple[Hashable, int] | None:
-    """The group a session-create body names and its size; None for a lone session, and
-    for a body the server will refuse (it is forwarded as it came: the server's 4xx)."""
+def _group_named(body: bytes, caller: str) -> tuple[Hashable, int] | None:
+    """The group a session-create body names (``caller``'s) and its size; None for a lone
+    session, and for a body the server will refuse (forwarded as it came: the server's 4xx)."""
     try:
         request = SessionCreate.model_validate_json(body)
     except ValidationError:
         return None
-    name = group_name(request)
+    name = group_name(request, caller)
     if name is None or request.group_size is None:
         return None
     return name, request.group_size
@@ -278,14 +283,22 @@ async def step_session(request: Request) -> Response:
 
 
 async def close_session(request: Request) -> Response:
+    """Forwarded to the session's server; forgotten once that server closed it, or once it
+    says it does not know it to the caller that made it (see ``cluster.routing``)."""
     cluster, session_id = get_cluster(request), request.path_params["session_id"]
-    response = await forward(cluster, _session_slot(cluster, session_id), request, "session_close")
-    if response.status_code in (200, 404):
-        cluster.control.fleet.sessions.drop(session_id)
+    sessions = cluster.control.fleet.sessions
+    slot = _session_slot(cluster, session_id)
+    place = sessions.find(session_id)
+    response = await forward(cluster, slot, request, "session_close")
+    made_it = place is not None and place.caller == caller_of(request.headers.get("authorization"))
+    if response.status_code == 200 or (response.status_code == 404 and made_it):
+        sessions.drop(session_id)
     return response
 
 
 async def chat(request: Request) -> Response:
+    """A chat call with a session goes to its server, one without to the least-loaded
+    server; a ``session_id`` that is not a string is the server's 422, answered here."""
     cluster = get_cluster(request)
     session_id = request.headers.get("x-rollgym-session")
     if session_id is None:
@@ -293,6 +306,8 @@ async def chat(request: Request) -> Response:
         if b'"session_id"' in body:  # parse only the bodies that may name one
             with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError):
                 session_id = orjson.loads(body).get("session_id")
+    if session_id is not None and not isinstance(session_id, str):
+        raise InvalidRequest(f"session_id: a string, not {type(session_id).__name__}")
     if session_id is not None:
         return await forward(cluster, _session_slot(cluster, session_id), request, "chat_session")
     return await forward(cluster, cluster.control.fleet.pick(), request, "chat")
@@ -336,14 +351,20 @@ async def dashboard_data(
         *(s.api.forward("GET", path, {}, b"") for s in rotation if s.api is not None),
         return_exceptions=True,
     )
-    views = [
-        DashboardData.model_validate_json(r.body)
-        for r in replies
-        if isinstance(r, Reply) and r.status == 200
-    ]
+    views = [view for r in replies if (view := _dashboard_view(r)) is not None]
     if not views:
         raise ServerLost("no server answered for the dashboard: retry shortly")
     return merge_dashboards(views, cluster.control.version)
+
+
+def _dashboard_view(reply: Reply | BaseException) -> DashboardData | None:
+    """A server's dashboard data; None for one that failed or answered something else."""
+    if not isinstance(reply, Reply) or reply.status != 200:
+        return None
+    try:
+        return DashboardData.model_validate_json(reply.body)
+    except ValidationError:
+        return None
 
 
 PASS_THROUGH = (

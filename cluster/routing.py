@@ -4,8 +4,12 @@
   transcript and its KV/prefix cache are there), so every later call of the session goes
   to that server. When that server dies, the session is gone with it: its calls get a
   clear ``server_lost`` error, never a silent hop to another server that does not know it.
+  The router forgets a session when its server closed it, or when its server says it does
+  not know it to the caller that made it (``caller_of``): another key's 404 (the server
+  hides other keys' sessions) never makes the router forget the owner's session.
 * **Groups on one server.** The G sessions of a session group (named by the agent's
-  ``group_id`` or by its task key) go where its first member went: the server assembles
+  ``group_id`` or by its task key, and by the caller: a name belongs to the key that
+  opened it, as on the server) go where its first member went: the server assembles
   the group, so members elsewhere would each open a group that never fills. The router
   remembers the group until G members came, then forgets it (the name is free again, as
   on the server). If that server dies, the group cannot fill: its later members get
@@ -25,6 +29,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 
 
@@ -75,6 +80,18 @@ def split_seeds(
     return out
 
 
+def caller_of(authorization: str | None) -> str:
+    """Who sends a call, as far as the router can tell without reading keys: a digest of its
+    ``Authorization`` header ("" without one). One key, one caller; the digest stays here.
+
+    >>> caller_of("Bearer k") == caller_of("Bearer k") != caller_of("Bearer j"), caller_of(None)
+    (True, '')
+    """
+    if not authorization:
+        return ""
+    return hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 class Owner(enum.Enum):
     """What the table knows of a session's server."""
 
@@ -86,6 +103,7 @@ class Owner(enum.Enum):
 class SessionPlace:
     server: str
     owner: Owner
+    caller: str = ""  # ``caller_of`` the call that made it
 
 
 class SessionTable:
@@ -94,8 +112,8 @@ class SessionTable:
     >>> table = SessionTable()
     >>> table.bind("a", "s0"); table.bind("b", "s1"); table.lose("s0")
     1
-    >>> table.find("a"), table.find("b").owner, table.find("zzz")
-    (SessionPlace(server='s0', owner=<Owner.LOST: 'lost'>), <Owner.SERVING: 'serving'>, None)
+    >>> table.find("a").owner, table.find("b").owner, table.find("zzz")
+    (<Owner.LOST: 'lost'>, <Owner.SERVING: 'serving'>, None)
     >>> table.open_on("s1"), table.open_on("s0")
     (1, 0)
     """
@@ -105,9 +123,9 @@ class SessionTable:
         self._open: collections.Counter[str] = collections.Counter()
         self._max_lost = max_lost
 
-    def bind(self, session_id: str, server: str) -> None:
+    def bind(self, session_id: str, server: str, caller: str = "") -> None:
         self.drop(session_id)
-        self._places[session_id] = SessionPlace(server, Owner.SERVING)
+        self._places[session_id] = SessionPlace(server, Owner.SERVING, caller)
         self._open[server] += 1
 
     def find(self, session_id: str) -> SessionPlace | None:
@@ -126,7 +144,7 @@ class SessionTable:
             if p.server == server and p.owner is Owner.SERVING
         ]
         for sid in lost:
-            self._places[sid] = SessionPlace(server, Owner.LOST)
+            self._places[sid] = dataclasses.replace(self._places[sid], owner=Owner.LOST)
         self._open[server] = 0
         self._forget_oldest_lost()
         return len(lost)

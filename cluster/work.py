@@ -5,7 +5,10 @@
   admission gate then holds ``(max_staleness + 1) x share`` groups, and the shares add up
   to the window's capacity for the whole cluster, not N times it. The split is over all
   slots, so a server out of rotation leaves its share idle rather than doubling another's;
-  when it rejoins it gets its share again.
+  when it rejoins it gets its share again. A job becomes the cluster's only once a server
+  accepted it: a job every server refused (an env not allowed, bad kwargs) is answered
+  with the refusal and the cluster keeps the job it had, so a server that restarts never
+  fails to rejoin by replaying a job that no server would run.
 * **Pulls.** The trainer's long-poll is served from every server's buffer: the router asks
   the servers in turn, without waiting (``timeout_s=0``) and only for what is still
   missing, until it has ``num_groups`` or the pull's time is up. No group is leased that
@@ -62,19 +65,29 @@ class ClusterWork:
         return self.job.model_copy(update={"groups_per_batch": shares[slot.name], "seeds": seeds})
 
     async def start(self, job: RolloutJob) -> RolloutStatus:
-        """Replace the job on every server in rotation (each with its share)."""
-        self.job = job
-        await asyncio.gather(*(self._start_on(slot) for slot in self.fleet.rotation()))
+        """Replace the job on every server in rotation (each with its share); kept as the
+        cluster's job once a server accepted it, else the first refusal is raised."""
+        previous, self.job = self.job, job
+        answers = await asyncio.gather(
+            *(self._start_on(slot) for slot in self.fleet.rotation()), return_exceptions=True
+        )
+        refusals = [a for a in answers if isinstance(a, BaseException)]
+        if refusals and not any(a is True for a in answers):
+            self.job = previous
+        if refusals:
+            raise refusals[0]
         return await self.status()
 
-    async def _start_on(self, slot: Slot) -> None:
+    async def _start_on(self, slot: Slot) -> bool:
+        """Start ``slot``'s share (True), or stop it where its share is 0 (False)."""
         share = self.share_of(slot)
         if slot.api is None:
-            return
+            return False
         if share is None:
             await slot.api.stop_rollouts(drain=False)
-        else:
-            await slot.api.start_rollouts(share)
+            return False
+        await slot.api.start_rollouts(share)
+        return True
 
     async def resume_on(self, slot: Slot) -> None:
         """A rejoining server: deliver the acks kept for it, then start its share."""

@@ -3,7 +3,9 @@
 Both parsers either return exactly what the agent meant or raise ``ActionError`` whose text
 tells the agent what to fix; envs send that text back as feedback. Nothing is guessed: an
 unclosed fence or tag, two blocks where one is expected, a language that does not fit, bad
-JSON or an unknown tool are all errors.
+JSON or an unknown tool are all errors. What the agent writes is read under bounds
+(``envs.untrusted``): a tool call nested deeper than ``MAX_DEPTH``, or whose arguments hold
+a NUL or a lone surrogate, is an ``ActionError`` too, never an exception of the host's.
 
 Tool calls use the default model's chat template format (Qwen2/Hermes style)::
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from rollgym.envs.errors import ActionError
 from rollgym.envs.tools import Tool, ToolCall
+from rollgym.envs.untrusted import MAX_DEPTH, json_depth, text_problem
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*$")
 _CLOSE = re.compile(r"^[ \t]*```[ \t]*$")
@@ -88,6 +91,11 @@ def parse_tool_calls(text: str, tools: Sequence[Tool], *, max_calls: int = 8) ->
     if len(bodies) > max_calls:
         raise ActionError(f"Too many tool calls ({len(bodies)}); at most {max_calls} per turn.")
     by_name = {tool.name: tool for tool in tools}
+    for index, body in enumerate(bodies, start=1):
+        if (depth := json_depth(body)) > MAX_DEPTH:
+            raise ActionError(
+                f"Tool call {index}: the JSON is nested {depth} deep; at most {MAX_DEPTH} levels."
+            )
     return [_parse_one(body, index, by_name) for index, body in enumerate(bodies, start=1)]
 
 
@@ -111,6 +119,8 @@ def _parse_one(body: str, index: int, tools: dict[str, Tool]) -> ToolCall:
         raise ActionError(f"Tool call {index}: unknown tool {name!r}. Available tools: {known}.")
     if not isinstance(arguments, dict):
         raise ActionError(f"Tool call {index}: 'arguments' must be a JSON object.")
+    if problem := text_problem(arguments):
+        raise ActionError(f"Tool call {index}: {problem}; send plain text arguments.")
     tools[name].validate(arguments)
     return ToolCall(name=name, arguments=arguments)
 

@@ -7,15 +7,21 @@ Python literal (``ast.literal_eval``: builtins only, no code runs) and compared 
 task's expected literal. Whatever the agent's code does in its own interpreter (objects
 equal to everything, a patched runner, a forged report), a test passes only if the value
 it reports *is* the expected value; the expected values never enter the box.
+
+The report is read under bounds (``envs.untrusted``): a line nested too deep to parse, or
+a value longer than ``pyrunner.VALUE_CHARS``, fails as the agent's, never as an exception
+of the host's (which would count as an infrastructure failure the agent chose).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 from collections.abc import Sequence
 from typing import Any
+
+from rollgym.envs.pyrunner import VALUE_CHARS
+from rollgym.envs.untrusted import Untrusted, load_json
 
 DETAIL_CHARS = 200
 NO_REPORT = "the program stopped the test run before it finished"
@@ -50,8 +56,8 @@ def judge(stdout: str, tests: Sequence[tuple[str, str]]) -> TestReport:
 def _last_report(stdout: str) -> dict[str, Any] | None:
     for line in reversed(stdout.splitlines()):
         try:
-            report = json.loads(line)
-        except ValueError:
+            report = load_json(line)
+        except Untrusted:
             continue
         if isinstance(report, dict) and "results" in report:
             return report
@@ -65,6 +71,8 @@ def _verdict(result: object, expected: str) -> tuple[bool, str]:
     if not isinstance(text, str):
         return False, str(result.get("error", "reported nothing"))[:DETAIL_CHARS]
     shown = text[:DETAIL_CHARS]
+    if len(text) > VALUE_CHARS:
+        return False, f"returned a value of {len(text)} characters, too long to judge"
     try:
         got = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

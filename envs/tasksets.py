@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rollgym.envs.errors import EnvLoadError, TaskNotFound
 
@@ -28,12 +35,28 @@ class Task(BaseModel):
 
 
 class PythonTask(Task):
-    """Write ``signature``'s function; ``tests`` are ``(call, expected literal)`` pairs."""
+    """Write ``signature``'s function, judged by ``(call, expected literal)`` pairs.
+
+    ``examples`` are public, as in a benchmark's prompt: shown with their values, run on
+    every submission, their failures described; they earn nothing. ``tests`` are hidden:
+    they alone decide the reward, and the agent only learns how many passed, never a call's
+    expected value (feedback that printed them paid a lookup table: a second submission
+    that maps each call to its printed value). A task file written before ``examples``
+    existed still loads: its tests are all hidden, and the agent sees only its prompt.
+    """
 
     prompt: str
     signature: str = Field(pattern=r"^def \w+\(.*\).*:$")
+    examples: tuple[tuple[str, str], ...] = ()
     tests: tuple[tuple[str, str], ...] = Field(min_length=1)
     solution: str
+
+    @model_validator(mode="after")
+    def _examples_are_not_tests(self) -> PythonTask:
+        shown = {call for call, _ in self.examples} & {call for call, _ in self.tests}
+        if shown:
+            raise ValueError(f"a hidden test cannot also be a public example: {sorted(shown)}")
+        return self
 
 
 class Check(BaseModel):

@@ -10,8 +10,10 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from rollgym.audit.commands import add_audit_command
 from rollgym.cluster.commands import add_cluster_commands
 from rollgym.data.commands import add_data_commands
+from rollgym.doctor.commands import add_doctor_command
 from rollgym.evaluation.commands import add_eval_commands
 from rollgym.models.commands import add_model_commands
 from rollgym.run.commands import add_training_commands
@@ -39,6 +41,8 @@ def _build_parser() -> argparse.ArgumentParser:
     add_training_commands(commands)
     add_data_commands(commands)
     add_eval_commands(commands)
+    add_audit_command(commands)
+    add_doctor_command(commands)
     add_tasks_commands(commands)
     return parser
 

@@ -4,7 +4,9 @@ rollgym generate --env rollgym/GuessNumber-v0 --episodes 1000 --group-size 4 --o
                  [--model-dir DIR | --server URL] [--temperature 0.8] [--min-reward 1]
 rollgym export   [--data-dir DIR | --server URL]  --out DIR  [--include-invalid]
 
-Both filter and deduplicate the same way and write the same files (docs/data.md).
+Both filter and deduplicate the same way and write the same files (docs/data.md). What
+they cannot do (a server that refuses the token or does not answer, an ``--out`` that is a
+file, a data dir with no buffer) is one line on stderr and exit status 2, no traceback.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollgym.contract import paths
+from rollgym.data.errors import DataError
 
 if TYPE_CHECKING:
     from rollgym.contract.wire import TrajectoryGroup
@@ -46,7 +50,7 @@ def add_data_commands(commands: argparse._SubParsersAction) -> None:
     where.add_argument("--server", help="sample with this running server's rollout runner")
     generate.add_argument("--dtype", default="float32", help="in-process engine precision")
     _add_common(generate)
-    generate.set_defaults(handler=_generate)
+    generate.set_defaults(handler=_reported(_generate))
 
     export = commands.add_parser("export", help="write a server's archive out as a data set")
     source = export.add_mutually_exclusive_group()
@@ -56,7 +60,20 @@ def add_data_commands(commands: argparse._SubParsersAction) -> None:
     )
     source.add_argument("--server", help="a running server's URL (GET /admin/archive)")
     _add_common(export)
-    export.set_defaults(handler=_export)
+    export.set_defaults(handler=_reported(_export))
+
+
+def _reported(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``handler`` with a ``DataError`` as one line on stderr and exit status 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except DataError as exc:
+            print(f"rollgym {args.command}: {exc}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +95,9 @@ def _curate_and_write(items: Iterable[Item], args: argparse.Namespace) -> int:
     from rollgym.data.curate import CurateConfig, curate
     from rollgym.data.export import FORMATS, write_export
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out} is a file: name a folder (it is made if missing)")
     names = [f.strip() for f in args.format.split(",") if f.strip()]
     formats = [f for f in FORMATS if f in names]
     if unknown := sorted(set(names) - set(FORMATS)):
@@ -93,7 +113,10 @@ def _curate_and_write(items: Iterable[Item], args: argparse.Namespace) -> int:
         near_scope=args.near_scope,
     )
     rows, report = curate(items, config)
-    result = write_export(rows, Path(args.out), formats, report=report)
+    try:
+        result = write_export(rows, out, formats, report=report)
+    except OSError as exc:
+        raise DataError(f"cannot write the export to {out}: {exc}") from exc
     print(
         f"{report.seen} trajectories: {report.filtered} filtered, {report.exact_duplicates} exact "
         f"and {report.near_duplicates} near duplicates; {result.rows} rows written to "
@@ -105,7 +128,7 @@ def _curate_and_write(items: Iterable[Item], args: argparse.Namespace) -> int:
 def _token(args: argparse.Namespace) -> str:
     token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
     if not token:
-        raise SystemExit("--server needs the admin token: --token or $ROLLGYM_ADMIN_TOKEN")
+        raise DataError("--server needs the admin token: --token or $ROLLGYM_ADMIN_TOKEN")
     return str(token)
 
 

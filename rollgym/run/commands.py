@@ -48,6 +48,9 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
         "--servers", type=int, help="rollout servers (default 1; more: a Ray cluster and router)"
     )
     run.add_argument("--restart", action="store_true", help="delete the run dir and start over")
+    run.add_argument(
+        "--no-doctor", action="store_true", help="skip rollgym doctor's checks before the run"
+    )
     run.set_defaults(handler=_run)
 
     train = commands.add_parser("train", help="GRPO against a running rollout server")
@@ -96,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     import datasets
     from transformers.utils import logging as hf_logging
 
+    from rollgym.doctor.report import DoctorFailed
     from rollgym.run.pipeline import RunConfig, run_default
     from rollgym.trainer.config import parse_config
 
@@ -105,7 +109,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.restart:
         shutil.rmtree(config.run_dir, ignore_errors=True)
     try:
-        report = run_default(config)
+        report = run_default(config, doctor=not args.no_doctor)
+    except DoctorFailed:  # its table is printed: what failed, and why
+        print("rollgym run: a doctor check failed; fix it, or run with --no-doctor")
+        return 1
     except KeyboardInterrupt:
         print(f"\ninterrupted: run the same command again to resume from {config.run_dir}")
         return 130

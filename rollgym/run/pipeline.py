@@ -278,10 +278,16 @@ class RunReport:
     best: SuccessRate | None = None  # the best online point's weights, held out
 
 
-def run_default(config: RunConfig, *, printer: Callable[[str], object] = print) -> RunReport:
+def run_default(
+    config: RunConfig, *, printer: Callable[[str], object] = print, doctor: bool = True
+) -> RunReport:
     """Run the built-in default end to end (see the module docstring)."""
     started = time.monotonic()
     _ensure_model(config.model_dir, printer)
+    if doctor:  # rollgym doctor's checks first (issue 34); DoctorFailed stops the run
+        from rollgym.doctor.report import before_run
+
+        before_run(config, printer)
     config.run_dir.mkdir(parents=True, exist_ok=True)
     warmstart = config.resolved_warmstart()
     if warmstart is None:

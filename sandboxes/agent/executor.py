@@ -207,8 +207,13 @@ class Executor:
         return {"ok": True, "holds": self.verifier.run(checks)}
 
     def grade(self, req: Frame, host: socket.socket | None) -> Frame:
+        """End the agent, then run the tests. The folders themselves get their mode back
+        first: an agent that locked its work dir would keep the tests from starting, an
+        infrastructure failure it chose; what it did to the files inside is graded."""
         try:
             self.end_agent()
+            for folder in self.folders:
+                folder.restore(switching=self.identities.switching)
             return self.grader.run(req, host)
         except GradingError as exc:
             raise RequestError("grading", str(exc)) from exc

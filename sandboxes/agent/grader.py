@@ -6,7 +6,8 @@ runs, and it writes the reward to a file (``/logs/verifier/reward.txt``). Here t
 happens out of the agent's reach:
 
 1. the executor has **killed every agent process** first (the episode is over: nothing
-   of the agent's can race the tests, swap a file or answer in their place);
+   of the agent's can race the tests, swap a file or answer in their place) and given
+   the box's folders their own mode back (a locked work dir cannot keep the tests out);
 2. the **verifier folders** (tmpfs mounts the verifier owns, mode 0700: the agent could
    never enter them) are emptied, so nothing from an earlier grading is left;
 3. the tests' files are written there **as the verifier**, and only there;

@@ -45,6 +45,11 @@ class WipedFolder:
         with files_as(self.owner if switching else None):
             os.chmod(self.path, self.mode | stat.S_IRWXU)  # room to work first
         wipe(self.path, switching=switching)
+        self.restore(switching=switching)
+
+    def restore(self, *, switching: bool) -> None:
+        """Give the folder itself back its mode, without the extended attributes its owner
+        hung on it; what is inside stays as it is."""
         with files_as(self.owner if switching else None):
             for name in os.listxattr(self.path):
                 if name.startswith(AGENT_XATTRS):

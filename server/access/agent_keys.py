@@ -11,16 +11,23 @@ secret used as both. Secrets are kept as SHA-256 digests and compared in constan
     lease = ledger.open_session(agent)         # 429 over max_sessions
     lease.hold_sandbox()                       # 429 over max_sandboxes
     lease.release()                            # on close or expiry (idempotent)
-    ledger.admit_tokens(agent)                 # 429 over tokens_per_minute...
-    ledger.charge_tokens(agent, n)             # ...counted once the call has generated
+    with ledger.reserve_tokens(agent, n * max_tokens) as hold:   # 429 over tokens_per_minute
+        ...generate...
+        hold.charge(generated)                 # the rest of the reservation is refunded
 
 Sessions and sandboxes are slots: refused at once when all are held, never queued, so one
 agent cannot take the whole sandbox pool (keep ``max_sandboxes`` below the pool's size).
-Tokens are a sliding window of ``window_s`` (60 s): a call is admitted while the agent's
-tokens generated in the window are under ``tokens_per_minute``, and charged afterwards, so
-one call may overshoot by its own ``max_tokens`` and the next ones wait. With charges
-``(t_i, n_i)`` oldest first and ``used = sum n_i``, ``Retry-After`` is ``t_k + window_s -
-now`` for the first k where ``used - (n_1 + ... + n_k) < tokens_per_minute``.
+Tokens are a sliding window of ``window_s`` (60 s), and a call *reserves* what it may
+generate (its ``max_tokens``, times ``n`` choices) before it runs: it is admitted only if
+``charged + reserved + asked <= tokens_per_minute``, where ``charged`` are the tokens
+generated in the window and ``reserved`` those held by calls still running; when it ends,
+what it generated is charged and the rest refunded. So concurrent calls can never together
+generate more than the quota (when the quota was checked before and charged after, 16
+calls at once under 500 tokens generated 7,891), and a call whose ``max_tokens`` alone is
+over the quota is refused with a 422 that says so (no wait would ever admit it). With
+charges ``(t_i, n_i)`` oldest first, ``Retry-After`` is ``t_k + window_s - now`` for the
+first k whose expiry leaves room (``charged - (n_1 + ... + n_k) + reserved + asked <=
+tokens_per_minute``); when only running calls' reservations are in the way, 1 s.
 
 ``allow_anonymous`` (off by default, off in compose) is for local development only: a
 request without the header runs as the agent ``"anonymous"`` with the default quota; a
@@ -42,11 +49,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
 
-from rollgym.server.errors import QuotaExceeded
+from rollgym.server.errors import BadRequest, QuotaExceeded
 from rollgym.server.http.errors import Forbidden, Unauthorized
 
 ANONYMOUS = "anonymous"
 SLOT_RETRY_AFTER_S = 5  # a slot frees when a session closes, which the server cannot foresee
+RESERVED_RETRY_AFTER_S = 1  # reservations free when running calls end: soon, but unforeseen
 AgentName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 Clock = Callable[[], float]
 
@@ -163,6 +171,7 @@ class _Usage:
         default_factory=collections.deque
     )  # (when, tokens), oldest first
     charged: int = 0  # the tokens of ``charges``: each call reads it, none sums the window
+    reserved: int = 0  # held by calls still running (``TokenHold``)
 
 
 class QuotaLedger:
@@ -195,30 +204,46 @@ class QuotaLedger:
         usage.sessions += 1
         return SessionLease(self, agent)
 
-    def admit_tokens(self, agent: Agent) -> None:
-        """Raise ``QuotaExceeded`` while the agent's window is full."""
+    def reserve_tokens(self, agent: Agent, tokens: int) -> TokenHold:
+        """Hold ``tokens`` of the agent's window for a call about to run (see the module
+        docstring): ``QuotaExceeded`` (429) while the window has not that much room,
+        ``BadRequest`` (422) if the quota itself is smaller."""
         limit = agent.quota.tokens_per_minute
+        if tokens > limit:
+            raise BadRequest(
+                f"this call may generate {tokens} tokens (max_tokens x n), over the "
+                f"tokens_per_minute of agent {agent.name!r} ({limit}): ask for fewer"
+            )
+        usage = self._usage[agent.name]
         used = self.tokens_used(agent.name)
-        if used < limit:
-            return
-        now, left, wait = self._clock(), used, math.ceil(self._window_s)
-        for when, tokens in self._usage[agent.name].charges:
-            left -= tokens
-            if left < limit:
-                wait = math.ceil(when + self._window_s - now)
-                break
-        raise self._refuse(
-            agent,
-            "tokens_per_minute",
-            f"{used} tokens generated in the last {self._window_s:g} s, {limit} allowed",
-            max(1, wait),
-        )
+        over = used + usage.reserved + tokens - limit
+        if over > 0:
+            raise self._refuse(
+                agent,
+                "tokens_per_minute",
+                f"{used} tokens generated in the last {self._window_s:g} s and "
+                f"{usage.reserved} reserved by running calls; this call may generate "
+                f"{tokens}, {limit} allowed",
+                self._wait_for(usage, over),
+            )
+        usage.reserved += tokens
+        return TokenHold(self, agent, tokens)
 
-    def charge_tokens(self, agent: Agent, tokens: int) -> None:
-        if tokens > 0:
-            usage = self._usage[agent.name]
-            usage.charges.append((self._clock(), tokens))
-            usage.charged += tokens
+    def _wait_for(self, usage: _Usage, over: int) -> int:
+        """Seconds until enough charges leave the window to free ``over`` tokens."""
+        freed, now = 0, self._clock()
+        for when, tokens in usage.charges:
+            freed += tokens
+            if freed >= over:
+                return max(1, math.ceil(when + self._window_s - now))
+        return RESERVED_RETRY_AFTER_S
+
+    def _settle(self, agent: Agent, reserved: int, generated: int) -> None:
+        usage = self._usage[agent.name]
+        usage.reserved -= reserved
+        if generated > 0:
+            usage.charges.append((self._clock(), generated))
+            usage.charged += generated
 
     def tokens_used(self, name: str) -> int:
         """Tokens ``name`` generated in the window (older charges are dropped here)."""
@@ -239,6 +264,31 @@ class QuotaLedger:
             f"agent {agent.name!r} is over its quota {quota}: {detail}",
             retry_after_s=retry_after_s,
         )
+
+
+class TokenHold:
+    """The tokens a running call reserved; ``charge`` what it generated, and leaving the
+    ``with`` (or ``release``) refunds the rest. Settles once, however the call ends."""
+
+    def __init__(self, ledger: QuotaLedger, agent: Agent, tokens: int):
+        self._ledger, self._agent, self.tokens = ledger, agent, tokens
+        self._generated = 0
+        self._settled = False
+
+    def charge(self, generated: int) -> None:
+        """The call generated ``generated`` tokens (counted when the hold is released)."""
+        self._generated += generated
+
+    def release(self) -> None:
+        if not self._settled:
+            self._settled = True
+            self._ledger._settle(self._agent, self.tokens, self._generated)
+
+    def __enter__(self) -> TokenHold:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 class SessionLease:

@@ -12,8 +12,9 @@ answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
-Chat and completions need an agent key (``server.access.agent_keys``): a call is admitted while
-the key is under its tokens-per-minute quota, and its generated tokens are charged to it.
+Chat and completions need an agent key (``server.access.agent_keys``): a call reserves what it
+may generate (``max_tokens`` x ``n``) of the key's tokens-per-minute quota before it runs,
+is charged what it generated and refunded the rest when it ends.
 ``/v1/models`` stays open, like ``/v1/policy``, which names the model too.
 """
 
@@ -75,7 +76,6 @@ async def chat_completions(
     x_rollgym_session: Annotated[str | None, Header()] = None,
 ) -> ChatCompletion | StreamingResponse:
     _check_model(body.model, services)
-    services.quotas.admit_tokens(agent)
     sampling = _sampling(services, body.temperature, body.top_p, body.token_limit)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     for message in messages:
@@ -86,26 +86,27 @@ async def chat_completions(
     codec.check_chars(content_chars, services.settings.engine.max_model_len)
     session_id = body.session_id or x_rollgym_session
     answer_id = uuid.uuid4().hex
-    if session_id is not None:
-        if body.n > 1:
-            raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
-        turn = _SessionAnswer(codec, body, answer_id)
-        generation = await services.sessions.generate(
-            session_id,
-            messages,
-            sampling,
-            agent=agent.name,
-            tools=tools,
-            stop=body.stop_strings,
-            seed=body.seed,
-            answer=turn,
-        )
-        generations, prompt_ids, shown = [generation], None, turn.shown
-    else:
-        prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
-        generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
-        shown = None
-    services.quotas.charge_tokens(agent, sum(len(g.token_ids) for g in generations))
+    if session_id is not None and body.n > 1:
+        raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
+    with services.quotas.reserve_tokens(agent, body.n * sampling.max_tokens) as hold:
+        if session_id is not None:
+            turn = _SessionAnswer(codec, body, answer_id)
+            generation = await services.sessions.generate(
+                session_id,
+                messages,
+                sampling,
+                agent=agent.name,
+                tools=tools,
+                stop=body.stop_strings,
+                seed=body.seed,
+                answer=turn,
+            )
+            generations, prompt_ids, shown = [generation], None, turn.shown
+        else:
+            prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
+            generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+            shown = None
+        hold.charge(sum(len(g.token_ids) for g in generations))
     if shown is not None and not body.logprobs:  # nothing left to decode: no thread hop
         choices = _choices(codec, body, generations, answer_id, shown)
     else:
@@ -161,13 +162,13 @@ async def completions(
     body: CompletionRequest, response: Response, services: ServicesDep, agent: AgentDep
 ) -> Completion:
     _check_model(body.model, services)
-    services.quotas.admit_tokens(agent)
     sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)
     codec = services.codec
     prompt_ids = await _prompt_ids(codec, body.prompt, services.settings.engine.max_model_len)
     stop = body.stop_strings
-    generation = await services.policy.generate(prompt_ids, sampling, stop=stop, seed=body.seed)
-    services.quotas.charge_tokens(agent, len(generation.token_ids))
+    with services.quotas.reserve_tokens(agent, sampling.max_tokens) as hold:
+        generation = await services.policy.generate(prompt_ids, sampling, stop=stop, seed=body.seed)
+        hold.charge(len(generation.token_ids))
     response.headers[VERSION_HEADER] = str(generation.policy_version)
     text, token_logprobs = await by_size(
         len(generation.token_ids), _decoded, codec, generation, body.logprobs is not None, stop

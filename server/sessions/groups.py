@@ -2,10 +2,13 @@
 
 A session joins a group when it opens (``GroupBook.join``) and hands its episode over
 when it closes (``GroupBook.finish``). A group is named by the agent's ``group_id`` or by
-its task key (``env_id``, ``env_kwargs``, ``seed``, ``group_size``); it admits members
-until it has ``size`` of them, then the name is free again (the next session with it opens
-a new group). Members must agree on the task: one that does not gets a 409. A lone
-session (no group named) is a group of one under its session id.
+its task key (``env_id``, ``env_kwargs``, ``seed``, ``group_size``), and the name belongs
+to the agent key that opened it: the same name from another key is another group, so no
+key can join, fill or squat another key's group (a squatter's members would otherwise wait
+in it for the timeout, and its episodes would be compared with another agent's). A group
+admits members until it has ``size`` of them, then the name is free again (the next
+session with it opens a new group). Members must agree on the task: one that does not gets
+a 409. A lone session (no group named) is a group of one under its session id.
 
 A group settles when all ``size`` members have closed, or, past its deadline
 (``group_timeout_s`` after its first member opened; lone sessions have none), once the
@@ -83,14 +86,15 @@ class GroupBook:
         """Groups not yet settled (each takes one group of the window's budget)."""
         return len(self._groups)
 
-    def opens_group(self, request: SessionCreate) -> bool:
-        """Whether a session made from ``request`` would open a new group."""
-        name = group_name(request)
+    def opens_group(self, request: SessionCreate, agent: str) -> bool:
+        """Whether a session made from ``request`` by ``agent`` would open a new group."""
+        name = group_name(request, agent)
         return name is None or name not in self._named
 
-    def join(self, request: SessionCreate, session_id: str, now: float) -> SessionGroup:
-        """Put a new session in its group (made here if new); ``Conflict`` on a mismatch."""
-        name = group_name(request)
+    def join(self, request: SessionCreate, agent: str, session_id: str, now: float) -> SessionGroup:
+        """Put ``agent``'s new session in its group (made here if new); ``Conflict`` on a
+        mismatch."""
+        name = group_name(request, agent)
         group = self._named.get(name) if name is not None else None
         if group is None:
             group = self._open(request, session_id, name, now)
@@ -177,17 +181,19 @@ class GroupBook:
         return Settlement(group, None, invalid, aside)
 
 
-def group_name(request: SessionCreate) -> Hashable | None:
-    """What names the request's group: the agent's id, else the task key (None: lone).
+def group_name(request: SessionCreate, owner: str) -> Hashable | None:
+    """What names the request's group: its ``owner`` (the key that sends it) with the
+    agent's id, else with the task key (None: a lone session).
 
-    The cluster router keys its placement by it too, so that a group's members meet on
-    one server: one rule for both."""
+    The server's ``owner`` is the agent key's name; the cluster router, which does not read
+    keys, keys its placement by a digest of the caller's credential, so that a group's
+    members meet on one server: one rule for both."""
     if request.group_size is None:
         return None
     if request.group_id is not None:
-        return ("id", request.group_id)
+        return ("id", owner, request.group_id)
     kwargs = json.dumps(request.env_kwargs, sort_keys=True)
-    return ("task", request.env_id, kwargs, request.seed, request.group_size)
+    return ("task", owner, request.env_id, kwargs, request.seed, request.group_size)
 
 
 def _check_task(group: SessionGroup, request: SessionCreate) -> None:

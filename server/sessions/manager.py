@@ -42,7 +42,8 @@ naming the env's error; closing the session then keeps the episode aside.
 Each session belongs to the agent key that opened it (``server.access.agent_keys``): it holds a
 slot of that key's quota (and a sandbox slot, taken before the reset that takes the box)
 until it closes or expires, only that key can use it (another key gets 404, as for a
-session that does not exist), and its trajectory records the key's name.
+session that does not exist), and its trajectory records the key's name. So does its
+group's name: another key naming the same ``group_id`` or task opens a group of its own.
 """
 
 from __future__ import annotations
@@ -189,7 +190,8 @@ class SessionManager:
                 f"group_size {request.group_size} is over the {self._config.max_sessions} "
                 "sessions the server holds at once (sessions.max_sessions): it could never fill"
             )
-        if self._groups.opens_group(request) and self._window.room() <= 0:
+        agent = lease.agent.name
+        if self._groups.opens_group(request, agent) and self._window.room() <= 0:
             gate = self._window.gate
             raise WindowFull(
                 f"the staleness window is full ({gate.capacity} groups in flight or buffered, "
@@ -197,7 +199,7 @@ class SessionManager:
                 retry_after_s=self._config.retry_after_s,
             )
         session_id = uuid.uuid4().hex
-        group = self._groups.join(request, session_id, self._clock())
+        group = self._groups.join(request, agent, session_id, self._clock())
         try:
             return await self._start(request, session_id, group, lease)
         except BaseException:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,7 @@ TOKEN = "e2e-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 AGENT_KEY = "e2e-agent-key-0123456789"
 AGENT = {"Authorization": f"Bearer {AGENT_KEY}"}
+THRIFTY_KEY = "e2e-thrifty-key-0123456789"  # an agent with a quota of 500 tokens a minute
 MODEL = "rollgym-tiny"
 LEASE_S = 3.0
 
@@ -44,7 +46,8 @@ class ServerProcess:
         env = {
             **os.environ,
             "ROLLGYM_ADMIN_TOKEN": TOKEN,
-            "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),
+            "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY, "thrifty": THRIFTY_KEY}),
+            "ROLLGYM_AGENTS__QUOTAS": json.dumps({"thrifty": {"tokens_per_minute": 500}}),
             "ROLLGYM_BUFFER__LEASE_TIMEOUT_S": str(LEASE_S),
             "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
             "ROLLGYM_SANDBOXES__POOL_SIZE": "2",
@@ -179,6 +182,24 @@ def test_the_openai_client_works_and_every_answer_carries_the_version(server) ->
     text = client.completions.create(model=MODEL, prompt="Guess", max_tokens=4, logprobs=0)
     assert len(text.choices[0].logprobs.token_logprobs) == text.usage.completion_tokens
     assert httpx.post(f"{server.url}/admin/rollouts", json={}).status_code == 401
+
+
+def test_concurrent_calls_cannot_generate_more_than_the_quota(server) -> None:
+    """Issue 34's attack from outside: 16 calls at once under a 500-token quota (7,891
+    tokens generated before calls reserved their max_tokens). How many run depends on how
+    soon the first ones end and refund what they did not generate; the total never passes."""
+    body = {"model": MODEL, "prompt": "Guess", "max_tokens": 100, "temperature": 1.0}
+    headers = {"Authorization": f"Bearer {THRIFTY_KEY}"}
+
+    def call(_: int) -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/completions", json=body, headers=headers, timeout=120)
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(call, range(16)))
+    ran = [a for a in answers if a.status_code == 200]
+    assert sum(a.json()["usage"]["completion_tokens"] for a in ran) <= 500
+    assert ran
+    assert all(a.status_code == 429 for a in answers if a.status_code != 200)
 
 
 def test_guess_number_rollouts_are_token_faithful_groups(admin, codec) -> None:

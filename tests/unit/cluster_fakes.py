@@ -2,10 +2,12 @@
 and ``RaySupervisor``, exercised by ``tests/e2e/test_cluster_e2e.py``).
 
 * ``FakeServer``: one rollout server in memory (``ServerAPI``): a version, a buffer of
-  groups (ready, leased, acked; the acked ones are its archive), a rollout job, sessions,
-  and the routes the router forwards.
+  groups (ready, leased, acked; the acked ones are its archive), a rollout job, sessions
+  (each its maker's: another ``Authorization`` gets 404, as from the server), and the
+  routes the router forwards.
 * ``FakeBox``: the durable part of a server (its buffer and version), which a restart
-  reopens, as a server's data dir is.
+  reopens, as a server's data dir is, and its settings (``forbidden_envs``: a job on one
+  of them is refused with the server's 403).
 * ``FakeSupervisor``: slots of fake servers; ``kill(i)`` is a SIGKILL (the server stops
   answering), and ``locate`` then finds a new incarnation on the same box, as Ray's
   restart would.
@@ -28,6 +30,7 @@ from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.errors import ServerAnswered, ServerUnreachable
 from rollgym.cluster.servers import Reply
 from rollgym.contract.archive import ArchivedGroup, ArchivePage, ArchiveQuery
+from rollgym.contract.dashboard import DashboardData, Series, Stages
 from rollgym.contract.wire import (
     ErrorBody,
     ErrorCode,
@@ -69,12 +72,27 @@ def group(version: int, group_id: str | None = None) -> TrajectoryGroup:
     return TrajectoryGroup(group_id=trajectory.group_id, env_id="e", trajectories=[trajectory])
 
 
+def dashboard(version: int) -> DashboardData:
+    """A server's dashboard data before anything ran."""
+    return DashboardData(
+        now=time.time(), started_at=0.0, interval_s=2.0, model="m", policy_version=version,
+        trainer_version=None, trainer_step=None, totals={},
+        stages=Stages(bucket_s=1.0, t=[0.0], busy={}, totals={}),
+        series=Series(
+            t=[], policy_version=[], buffer_ready=[], buffer_leased=[], inflight=[],
+            trajectories=[], dropped={}, model_p50=[], model_p90=[], env_p50=[], env_p90=[],
+        ),
+        latency={}, version_lag=[], rewards=[],
+    )  # fmt: skip
+
+
 @dataclasses.dataclass
 class FakeBox:
     """What a restart reopens: the buffer (group id -> state) and the applied version."""
 
     version: int = 0
     groups: dict[str, tuple[TrajectoryGroup, str]] = dataclasses.field(default_factory=dict)
+    forbidden_envs: set[str] = dataclasses.field(default_factory=set)
 
     def put(self, g: TrajectoryGroup) -> None:
         self.groups[g.group_id] = (g, "ready")
@@ -92,7 +110,7 @@ class FakeServer:
         self.dead = False
         self.fail_updates: int | None = None  # answer this status to weight updates
         self.job: RolloutJob | None = None
-        self.sessions: set[str] = set()
+        self.sessions: dict[str, str | None] = {}  # id -> the Authorization that made it
         self.calls: list[str] = []
         self.loaded: list[Path] = []
         self.nccl_rank: int | None = None
@@ -166,6 +184,10 @@ class FakeServer:
 
     async def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
         self._alive("start")
+        if job.env_id in self.box.forbidden_envs:
+            raise ServerAnswered(
+                403, ErrorBody(error=ErrorCode.FORBIDDEN, message=f"{job.env_id} is not allowed")
+            )
         self.job = job
         return await self.rollouts()
 
@@ -200,19 +222,24 @@ class FakeServer:
     ) -> Reply:
         self._alive(f"{method} {path}")
         json_type = {"content-type": "application/json"}
+        caller = {k.lower(): v for k, v in headers.items()}.get("authorization")
         if method == "POST" and path == "/v1/sessions":
             session_id = uuid.uuid4().hex
-            self.sessions.add(session_id)
+            self.sessions[session_id] = caller
             return Reply(201, json_type, json.dumps({"session_id": session_id}).encode())
         if path.startswith("/v1/sessions/"):
             session_id = path.split("/")[3]
-            if session_id not in self.sessions:
+            if self.sessions.get(session_id, "") != caller:  # another key's: as if absent
                 return Reply(404, json_type, b'{"error": "not_found", "message": "no session"}')
             if method == "DELETE":
-                self.sessions.discard(session_id)
+                del self.sessions[session_id]
             return Reply(200, json_type, json.dumps({"session_id": session_id}).encode())
         if path == "/metrics":
             return Reply(200, {}, b"# TYPE rollgym_up gauge\nrollgym_up 1.0\n")
+        if path.startswith("/dashboard/data"):
+            return Reply(200, json_type, dashboard(self.box.version).model_dump_json().encode())
+        if path == "/v1/models":
+            return Reply(200, json_type, b'{"object": "list", "data": [{"id": "m"}]}')
         return Reply(200, json_type, json.dumps({"path": path, "url": self.url}).encode())
 
     async def close(self) -> None:

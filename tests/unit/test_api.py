@@ -119,3 +119,22 @@ async def test_the_router_pages_through_every_servers_archive(tmp_path) -> None:
     assert ids == expected and len(ids) == 5
     seqs = [item.seq for page in pages for item in page.items]
     assert seqs == sorted(seqs)  # each item's seq is the cursor of what follows it
+
+
+async def test_the_router_answers_every_path_of_the_servers_openapi(server_app, router_app) -> None:
+    """Derived from what the server publishes, not from the declarations: each operation of
+    its OpenAPI, called on the router, is forwarded, merged or answered there: never
+    Starlette's own 404 or 405 (``http_error``: no such route) and never a 500."""
+    operations = [
+        (method.upper(), path)
+        for path, item in server_app.openapi()["paths"].items()
+        for method in item
+    ]
+    assert len(operations) == len(DECLARED) - 2  # all but the dashboard page and its assets
+    async with in_process(router_app, agent_key=None) as router:
+        for method, path in operations:
+            url = path.format(session_id="s", name="dashboard.js")
+            answer = await router.request(method, url, json={}, headers=CLUSTER_ADMIN)
+            assert answer.status_code < 500, (method, path, answer.text)
+            if answer.status_code >= 400:
+                assert answer.json()["error"] != "http_error", (method, path, answer.text)

@@ -245,3 +245,22 @@ async def test_acks_for_a_dead_server_are_delivered_before_it_serves_again(tmp_p
         slot = control.fleet.slots[1]
         await until(lambda: slot.restarts == 1 and slot.state is SlotState.SERVING)
         assert supervisor.boxes[1].states()[g.group_id] == "acked"
+
+
+async def test_a_job_every_server_refused_is_not_kept_so_a_restart_rejoins(tmp_path) -> None:
+    """Attack (issue 34): a job every server refuses (an env they do not allow) used to
+    become the cluster's job anyway; a server that restarted then failed to rejoin,
+    replaying it, and the cluster ran on the others until someone deleted the job."""
+    supervisor = FakeSupervisor(2)
+    for box in supervisor.boxes:
+        box.forbidden_envs.add("forbidden")
+    async with plane(tmp_path, supervisor) as control:
+        await control.work.start(job())
+        with pytest.raises(ServerAnswered) as refused:
+            await control.work.start(job().model_copy(update={"env_id": "forbidden"}))
+        assert refused.value.status == 403
+        assert control.work.job == job()  # the job the servers run stays the cluster's
+        supervisor.kill(0)
+        slot = control.fleet.slots[0]
+        await until(lambda: slot.restarts == 1 and slot.state is SlotState.SERVING)
+        assert supervisor.servers[0].job is not None and supervisor.servers[0].job.env_id == "e"

@@ -150,3 +150,69 @@ async def test_a_body_the_server_will_refuse_is_forwarded_as_it_came(tmp_path, b
         )
         assert answer.status_code == 201 and answer.headers[SERVER_HEADER] == "s0"
         assert "POST /v1/sessions" in supervisor.servers[0].calls
+
+
+# --- attacks through the router (issue 34) ---------------------------------------------
+
+ALICE, BOB = {"Authorization": "Bearer alice-key"}, {"Authorization": "Bearer bob-key"}
+
+
+async def test_another_keys_404_never_makes_the_router_forget_a_session(tmp_path) -> None:
+    """Bob's DELETE of Alice's session is the server's 404 (it hides other keys' sessions);
+    the router used to drop its binding on that 404, and Alice's next calls got 404 while
+    her session held its slots until it idled out."""
+    async with router(tmp_path) as (client, _, _app):
+        made = await client.post("/v1/sessions", json={"env_id": "e"}, headers=ALICE)
+        sid = made.json()["session_id"]
+        bobs = await client.delete(f"/v1/sessions/{sid}", headers=BOB)
+        assert bobs.status_code == 404
+        step = await client.post(f"/v1/sessions/{sid}/step", json={"action": "x"}, headers=ALICE)
+        assert step.status_code == 200, step.text
+        assert (await client.delete(f"/v1/sessions/{sid}", headers=ALICE)).status_code == 200
+        gone = await client.post(f"/v1/sessions/{sid}/step", json={"action": "x"}, headers=ALICE)
+        assert gone.status_code == 404  # her own close is forgotten
+
+
+async def test_a_session_the_server_forgot_is_forgotten_on_its_owners_404(tmp_path) -> None:
+    async with router(tmp_path) as (client, supervisor, app):
+        made = await client.post("/v1/sessions", json={"env_id": "e"}, headers=ALICE)
+        sid = made.json()["session_id"]
+        for server in supervisor.servers:
+            server.sessions.pop(sid, None)  # it expired there
+        assert (await client.delete(f"/v1/sessions/{sid}", headers=ALICE)).status_code == 404
+        assert app.state.cluster.control.fleet.sessions.find(sid) is None
+
+
+async def test_groups_are_placed_by_their_name_and_their_key(tmp_path) -> None:
+    async with router(tmp_path) as (client, _, _app):
+        member = {"env_id": "e", "group_id": "g", "group_size": 2}
+        hers = await client.post("/v1/sessions", json=member, headers=ALICE)
+        his = await client.post("/v1/sessions", json=member, headers=BOB)
+        assert hers.headers[SERVER_HEADER] != his.headers[SERVER_HEADER]  # two groups, spread
+        again = await client.post("/v1/sessions", json=member, headers=ALICE)
+        assert again.headers[SERVER_HEADER] == hers.headers[SERVER_HEADER]
+
+
+@pytest.mark.parametrize("session_id", [{"a": 1}, ["s"], 7, True])
+async def test_a_session_id_that_is_not_a_string_is_a_4xx_never_a_bare_500(
+    tmp_path, session_id
+) -> None:
+    async with router(tmp_path) as (client, _, _app):
+        body = {"model": "m", "messages": [], "session_id": session_id}
+        answer = await client.post("/v1/chat/completions", json=body)
+        assert answer.status_code == 422 and answer.json()["error"] == "invalid_request"
+        assert "session_id" in answer.json()["message"]
+
+
+async def test_an_exception_nothing_translated_is_the_one_error_body(tmp_path) -> None:
+    """The router has the server's last resort: a logged 500 with the one error body."""
+    async with router(tmp_path) as (client, supervisor, _app):
+
+        async def broken(*args: object) -> None:
+            raise RuntimeError("a bug in the router")
+
+        for server in supervisor.servers:
+            server.forward = broken  # type: ignore[method-assign]
+        answer = await client.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+        assert answer.status_code == 500 and answer.json()["error"] == "server_error"
+        assert "a bug in the router" in answer.json()["message"]

@@ -14,6 +14,7 @@ from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
 
 GARBAGE = bytes(range(256)).decode("latin-1") * 3
+DEEP = "[" * 5000 + "]" * 5000  # json.loads raises RecursionError on it
 BAD_ACTIONS = {
     "empty": "",
     "no code block": "I would list the files and then write the function.",
@@ -27,6 +28,21 @@ BAD_ACTIONS = {
     "binary output": fenced("bash", "head -c 4000 /dev/urandom"),
     "lone surrogate": "```python\nx = '\ud800'\n```",
     "odd unicode": "‮‏؜\u200b\u200d\ufeff e\u0301 😀 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ﷽ ```python\nx = '😀'\n```",
+    # What the agent's text makes the host parse, past the parsers' own limits (issue 34):
+    "tool call nested 5,000 deep": (
+        '<tool_call>{"name": "list_files", "arguments": {"path": ' + DEEP + "}}</tool_call>"
+    ),
+    "NUL in a listed path": tool_call("list_files", {"path": "a\x00b"}),
+    "lone surrogate in a listed path": (
+        '<tool_call>{"name": "list_files", "arguments": {"path": "\\ud800"}}</tool_call>'
+    ),
+    "lone surrogate in written content": (
+        '<tool_call>{"name": "write_file", "arguments": {"path": "a", "content": "\\udc80"}}'
+        "</tool_call>"
+    ),
+    "report line nested 5,000 deep": fenced(
+        "python", f"import os\nos.write(1, b'\\n{DEEP}\\n')\nos._exit(0)"
+    ),
 }
 # What the agent must be told, where the case applies to the env.
 FEEDBACK = {
@@ -45,6 +61,11 @@ FEEDBACK = {
     ("rollgym/ToolUse-v0", "invalid tool-call JSON"): "invalid JSON",
     ("rollgym/ToolUse-v0", "unknown tool"): "unknown tool 'rm_rf'",
     ("rollgym/ToolUse-v0", "huge message"): "too long",
+    ("rollgym/ToolUse-v0", "tool call nested 5,000 deep"): "nested 5002 deep",
+    ("rollgym/ToolUse-v0", "NUL in a listed path"): "'path' holds a NUL",
+    ("rollgym/ToolUse-v0", "lone surrogate in a listed path"): "'path' holds a lone surrogate",
+    ("rollgym/ToolUse-v0", "lone surrogate in written content"): "'content' holds a lone",
+    ("rollgym/PythonTests-v0", "report line nested 5,000 deep"): "0 of 4 hidden tests passed",
 }
 ENVS = {
     "rollgym/GuessNumber-v0": "guess-9",

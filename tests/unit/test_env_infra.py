@@ -73,7 +73,7 @@ def test_a_crashing_reward_in_a_sandboxed_env_is_flagged(pool) -> None:
     obs, value, terminated, truncated, info = env.step(solver(env)(list(obs)))
     assert (value, terminated, truncated) == (0.0, False, True)
     assert info["failure"] == "infra" and "scores table missing" in info["error"]
-    assert obs[0]["content"] == "All 4 tests passed."  # what the agent saw is kept
+    assert obs[0]["content"].endswith("All 3 hidden tests passed.")  # what it saw is kept
     env.close()
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rollgym.envs.progress import ProgressReward, ProgressStep
 from rollgym.envs.pyjudge import NO_REPORT, judge
-from rollgym.envs.pyrunner import to_plain
+from rollgym.envs.pyrunner import VALUE_CHARS, to_plain
 
 TESTS = (("f(1)", "2"), ("f(2)", "[1, 'a', None]"), ("f(3)", "{'k': (1, 2.5)}"))
 
@@ -29,7 +29,7 @@ def test_values_equal_to_the_expected_literals_pass() -> None:
     [
         "<__main__.Anything object at 0x7f>",  # an object equal to everything never gets here
         "__import__('os').system('true')",  # no code runs on the host
-        "[" * 100_000 + "]" * 100_000,
+        "[" * 5_000 + "]" * 5_000,
         "nan",
         "2 if True else 0",
         "",
@@ -48,6 +48,16 @@ def test_the_last_report_counts_and_a_missing_one_fails_every_test() -> None:
     assert judge(report(error="SyntaxError: bad"), TESTS).error == "SyntaxError: bad"
     errors = judge(report({"error": "raised KeyError"}, {}, "x"), TESTS)
     assert [ok for ok, _ in errors.results] == [False, False, False]
+
+
+def test_a_report_past_the_bounds_fails_its_tests_and_never_raises() -> None:
+    """The report is the agent's to write: a line nested past the JSON parser's recursion
+    limit, or a value too long to judge, is the agent's failure, not the host's crash."""
+    deep = "[" * 5_000 + "]" * 5_000
+    assert judge(f"\n{deep}\n", TESTS).error == NO_REPORT
+    assert judge(f"{report('2', '[]', '{}')}{deep}\n", TESTS).passed == 1  # the line before it
+    ok, detail = judge(report("1" * (VALUE_CHARS + 1), "[]", "{}"), TESTS).results[0]
+    assert not ok and "too long to judge" in detail
 
 
 def test_subclasses_of_builtins_are_judged_by_their_value() -> None:

@@ -140,6 +140,26 @@ def test_parse_tool_calls_reads_every_call_in_order() -> None:
         ('<tool_call>{"name": "add", "arguments": {}}', "Unbalanced"),
         ("<tool_call><tool_call>{}</tool_call></tool_call>", "nested"),
         ('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>' * 9, "Too many"),
+        # bounds on what the agent makes the host parse (issue 34): never the host's exception
+        ("<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>", "nested 5000 deep"),
+        (
+            '<tool_call>{"name": "add", "arguments": {"a": '
+            + "[" * 40
+            + "]" * 40
+            + "}}</tool_call>",
+            "nested 42",
+        ),
+        ('<tool_call>{"name": "add", "arguments": {"a\\u0000": 1}}</tool_call>', "NUL"),
+        (
+            '<tool_call>{"name": "add", "arguments": {"a": 1, "b": "\\ud800"}}</tool_call>',
+            "surrogate",
+        ),
+        (
+            '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1'
+            + "0" * 5000
+            + "}}</tool_call>",
+            "digits",
+        ),
     ],
 )
 def test_parse_tool_calls_is_strict(text: str, complaint: str) -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
+from rollgym.envs.errors import EnvLoadError
 from rollgym.envs.scripted import fenced, solver
-from rollgym.envs.tasksets import PythonTask, ShellTask, ToolTask, shipped_tasks
+from rollgym.envs.tasksets import PythonTask, ShellTask, ToolTask, load_tasks, shipped_tasks
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
 
@@ -50,6 +51,48 @@ def test_python_tests_task_is_solvable_and_checked(task: PythonTask, pool) -> No
     total, solved = episode_return(env, task.id, wrong_python)
     assert total < 1.0 and not solved
     env.close()
+
+
+def test_python_tests_shows_its_examples_and_only_counts_its_hidden_tests(pool) -> None:
+    """Public examples: in the prompt with their values, each failure described. Hidden
+    tests: the reward, as a count; no call of theirs, no expected value ever shown."""
+    env = gymnasium.make("rollgym/PythonTests-v0", sandbox_pool=pool)
+    obs, _ = env.reset(options={"task_id": "add"})
+    task = env.unwrapped.task
+    assert task.examples == (("add(2, 3)", "5"),) and ">>> add(2, 3)\n5" in obs[1]["content"]
+    almost = "def add(a, b):\n    return a + b if (a, b) != (0, 0) else 1"  # fails one hidden
+    obs, reward, terminated, _, info = env.step(fenced("python", almost))
+    assert obs[0]["content"] == "Examples: 1 of 1 passed.\n2 of 3 hidden tests passed."
+    assert reward == pytest.approx(2 / 3) and not terminated
+    assert info["error"] == "2 of 3 hidden tests passed"
+    obs, *_ = env.step(fenced("python", "def add(a, b):\n    return 7"))
+    assert obs[0]["content"] == (
+        "Examples: 0 of 1 passed.\n- add(2, 3) returned 7, expected 5\n0 of 3 hidden tests passed."
+    )
+    obs, reward, terminated, *_ = env.step(fenced("python", task.solution))
+    assert obs[0]["content"] == "Examples: 1 of 1 passed.\nAll 3 hidden tests passed."
+    assert terminated and reward == pytest.approx(1 / 3)
+    env.close()
+
+
+def test_a_task_file_without_examples_still_loads_with_every_test_hidden(tmp_path, pool) -> None:
+    old = tmp_path / "old.jsonl"
+    old.write_text(
+        '{"id": "double", "prompt": "Double n.", "signature": "def double(n: int) -> int:", '
+        '"tests": [["double(2)", "4"], ["double(-1)", "-2"]], "solution": "def double(n): '
+        'return 2 * n"}\n'
+    )
+    [task] = load_tasks(PythonTask, old)
+    assert task.examples == () and len(task.tests) == 2
+    env = gymnasium.make("rollgym/PythonTests-v0", sandbox_pool=pool, task_file=str(old))
+    env.reset()
+    obs, *_ = env.step(fenced("python", "def double(n):\n    return 3"))
+    assert obs[0]["content"] == "0 of 2 hidden tests passed."
+    env.close()
+    both = old.read_text().replace('"tests"', '"examples": [["double(2)", "4"]], "tests"')
+    old.write_text(both)
+    with pytest.raises(EnvLoadError, match="cannot also be a public example"):
+        load_tasks(PythonTask, old)
 
 
 @pytest.mark.parametrize("task", shipped_tasks(ShellTask, "shell"), ids=lambda t: t.id)

@@ -73,3 +73,24 @@ async def test_the_owners_episode_goes_on_untouched_and_is_recorded_as_hers(alic
     [trajectory] = group.trajectories
     assert trajectory.agent == "alice" and len(trajectory.turns) == 1
     assert trajectory.messages[-2].content == action  # Bob's "1" never reached the env
+
+
+@pytest.mark.parametrize(
+    "name",
+    [{"group_id": "team"}, {"seed": 3}],  # the agent's id for it, or the task key
+    ids=["group_id", "task key"],
+)
+async def test_a_group_name_belongs_to_the_key_that_opened_it(alice, name) -> None:
+    """Attack (issue 34): Bob opens a group under a name first, as a squatter would. Alice's
+    sessions with that name never join his group (hers would wait in it for the timeout,
+    and her episodes would be compared with his): each key gets a group of its own."""
+    client, _ = alice
+    body = {"env_id": GUESS, "group_size": 2, **name}
+    bobs = await client.post("/v1/sessions", json=body, headers=BOB)
+    hers = [await client.post("/v1/sessions", json=body) for _ in range(2)]
+    bobs_second = await client.post("/v1/sessions", json=body, headers=BOB)
+    assert {a.status_code for a in (bobs, *hers, bobs_second)} == {201}
+    groups = [a.json()["group_id"] for a in (bobs, *hers, bobs_second)]
+    assert groups[1] == groups[2] and groups[0] == groups[3] and groups[0] != groups[1]
+    closed = [await client.delete(f"/v1/sessions/{m.json()['session_id']}") for m in hers]
+    assert [c.json()["group_pending"] for c in closed] == [1, 0]  # hers alone settle it

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from server_fakes import ADMIN, ADMIN_TOKEN, engine_factory, in_process, settings
 
 from rollgym.contract.wire import PullResponse
+from rollgym.engine.fake import FakeEngine
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
 from rollgym.server.access.agent_keys import (
@@ -23,7 +24,7 @@ from rollgym.server.access.agent_keys import (
 )
 from rollgym.server.app import create_app
 from rollgym.server.config import SandboxSettings, ServerSettings, SessionConfig
-from rollgym.server.errors import QuotaExceeded
+from rollgym.server.errors import BadRequest, QuotaExceeded
 from rollgym.server.http.errors import Forbidden, Unauthorized
 
 GUESS = "rollgym/GuessNumber-v0"
@@ -47,8 +48,8 @@ def two_keys(**alice_quota: int) -> AgentKeysConfig:
     )
 
 
-def chat(messages: object = None) -> dict[str, object]:
-    return {"model": MODEL, "messages": messages or [{"role": "user", "content": "hi"}]}
+def chat(messages: object = None, **fields: object) -> dict[str, object]:
+    return {"model": MODEL, "messages": messages or [{"role": "user", "content": "hi"}], **fields}
 
 
 # --- the key check --------------------------------------------------------------------
@@ -151,22 +152,45 @@ def test_tokens_per_minute_is_a_sliding_window_with_its_retry_after() -> None:
     refusals: list[tuple[str, str]] = []
     ledger = QuotaLedger(clock=clock, refused=lambda agent, quota: refusals.append((agent, quota)))
     alice = Agent("alice", AgentQuota(tokens_per_minute=100))
-    ledger.admit_tokens(alice)
-    ledger.charge_tokens(alice, 60)
+    with ledger.reserve_tokens(alice, 80) as hold:
+        hold.charge(60)  # the 20 it did not generate are refunded
     clock.now += 20
-    ledger.admit_tokens(alice)  # 60 < 100: admitted, and may overshoot
-    ledger.charge_tokens(alice, 70)
+    with ledger.reserve_tokens(alice, 40) as hold:  # 60 + 40 <= 100
+        hold.charge(30)
     clock.now += 10
-    with pytest.raises(QuotaExceeded, match="tokens_per_minute: 130 tokens") as refused:
-        ledger.admit_tokens(alice)
-    # Under the limit once the first charge (at 1000) leaves the window: at 1060, 30 s on.
+    with pytest.raises(QuotaExceeded, match="tokens_per_minute: 90 tokens") as refused:
+        ledger.reserve_tokens(alice, 20)
+    # Room once the first charge (at 1000) leaves the window: at 1060, 30 s on.
     assert refused.value.retry_after_s == 30
     assert refusals == [("alice", "tokens_per_minute")]
     clock.now += 30
-    ledger.admit_tokens(alice)
-    assert ledger.tokens_used("alice") == 70
+    ledger.reserve_tokens(alice, 20).release()
+    assert ledger.tokens_used("alice") == 30
     clock.now += 20
     assert ledger.tokens_used("alice") == 0
+
+
+def test_a_call_reserves_what_it_may_generate_before_it_runs() -> None:
+    """Calls running at once cannot together generate more than the quota: each holds its
+    max_tokens until it ends; a call over the quota by itself is refused outright."""
+    clock = Clock()
+    ledger = QuotaLedger(clock=clock)
+    alice = Agent("alice", AgentQuota(tokens_per_minute=500))
+    running = [ledger.reserve_tokens(alice, 100) for _ in range(5)]
+    with pytest.raises(QuotaExceeded, match="500 reserved by running calls") as refused:
+        ledger.reserve_tokens(alice, 1)
+    assert refused.value.retry_after_s == 1  # nothing to expire: running calls must end
+    for hold in running:
+        hold.charge(10)
+        hold.release()
+        hold.release()  # settles once
+    assert ledger.tokens_used("alice") == 50
+    ledger.reserve_tokens(alice, 450).release()  # the refunds are room again
+    with pytest.raises(BadRequest, match="tokens_per_minute of agent 'alice' \\(500\\)"):
+        ledger.reserve_tokens(alice, 501)
+    with pytest.raises(RuntimeError), ledger.reserve_tokens(alice, 450):
+        raise RuntimeError("the engine failed")  # an error refunds the whole reservation
+    ledger.reserve_tokens(alice, 450).release()
 
 
 # --- quotas through the app -----------------------------------------------------------
@@ -240,18 +264,41 @@ async def test_generated_tokens_are_charged_to_the_key_and_limited_per_minute(
         settings(tmp_path, agents=two_keys(tokens_per_minute=2)),
         engine_factory=engine_factory(engine),
     )
+    completion_body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
     async with in_process(app, agent_key=ALICE_KEY) as client:
-        first = await client.post("/v1/chat/completions", json=chat())
-        refused = await client.post("/v1/chat/completions", json=chat())
-        completion = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi"})
-        bobs = await client.post(
-            "/v1/completions", json={"model": MODEL, "prompt": "hi"}, headers=BOB
-        )
+        first = await client.post("/v1/chat/completions", json=chat(max_tokens=2))
+        refused = await client.post("/v1/chat/completions", json=chat(max_tokens=2))
+        completion = await client.post("/v1/completions", json=completion_body)
+        bobs = await client.post("/v1/completions", json=completion_body, headers=BOB)
+        too_many = await client.post("/v1/chat/completions", json=chat(max_tokens=3), headers=BOB)
     assert first.status_code == 200 and bobs.status_code == 200
     for answer in (refused, completion):
         assert answer.status_code == 429 and answer.json()["error"] == "quota_exceeded"
         assert "tokens_per_minute" in answer.json()["message"]
         assert 1 <= int(answer.headers["Retry-After"]) <= 60
+    assert too_many.status_code == 200  # bob's quota is the default one
+
+
+async def test_concurrent_calls_cannot_generate_more_than_the_quota(tmp_path) -> None:
+    """Attack (issue 34): 16 calls at once under a 500-token quota. Checked before and
+    charged after, all 16 were admitted and generated 16 x 100 tokens; reserved before they
+    run, 5 are admitted and the other 11 get 429 with Retry-After."""
+    slow = FakeEngine(lambda prompt: [7] * 100, latency_s=0.2)  # never stops before max_tokens
+    app = create_app(
+        settings(tmp_path, agents=two_keys(tokens_per_minute=500)),
+        engine_factory=engine_factory(slow),
+    )
+    async with in_process(app, agent_key=ALICE_KEY) as client:
+        answers = await asyncio.gather(
+            *(client.post("/v1/chat/completions", json=chat(max_tokens=100)) for _ in range(16))
+        )
+        over = await client.post("/v1/chat/completions", json=chat(max_tokens=501))
+    generated = sum(a.json()["usage"]["completion_tokens"] for a in answers if a.status_code == 200)
+    assert generated <= 500
+    assert sorted(a.status_code for a in answers) == [200] * 5 + [429] * 11
+    assert all(int(a.headers["Retry-After"]) >= 1 for a in answers if a.status_code == 429)
+    assert over.status_code == 422
+    assert "tokens_per_minute of agent 'alice' (500)" in over.json()["message"]
 
 
 # --- the key's name on the data, and anonymous mode -------------------------------------
