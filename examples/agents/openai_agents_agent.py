@@ -58,12 +58,14 @@ NO_TRACING = RunConfig(tracing_disabled=True)  # traces would go to OpenAI's ser
 
 @dataclasses.dataclass
 class Episode:
-    """One session as the framework saw it: each LLM call's response, each step's reward."""
+    """One session as the framework saw it: each LLM call's response, each step's reward,
+    and each tool call's result (its id and what the env answered)."""
 
     session_id: str
     group_id: str
     replies: list[ModelResponse] = dataclasses.field(default_factory=list)
     rewards: list[float] = dataclasses.field(default_factory=list)
+    tool_results: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     closed: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -109,7 +111,9 @@ class SessionSteps(RunHooks[Any]):
         if ids is None:  # the env did not answer call by call: the run stops, they go as is
             self.unanswered = observation
             return "\n".join(m["content"] for m in observation)
-        return str(observation[ids.index(call_id)]["content"])
+        result = str(observation[ids.index(call_id)]["content"])
+        self.episode.tool_results.append((call_id, result))
+        return result
 
     def tool(self, spec: dict[str, Any]) -> FunctionTool:
         """The env's tool ``spec`` (OpenAI function format) as the framework's tool."""

@@ -63,6 +63,13 @@ class ToolSpec(_Strict):
     type: Literal["function"] = "function"
     function: FunctionSpec
 
+    def rendered(self) -> dict[str, Any]:
+        """What the chat template shows the model: the tool's name, description and
+        parameters. ``strict`` asks the server for constrained decoding; it says nothing to
+        the model, so it is left out: the OpenAI Agents SDK sends ``"strict": false`` with
+        every tool, and its agents' prompts are then the ones the env's own tools make."""
+        return self.model_dump(exclude_none=True, exclude={"function": {"strict"}})
+
 
 StopString = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 MAX_CHOICES = 16

@@ -80,7 +80,7 @@ async def chat_completions(
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
     for message in messages:
         message.setdefault("content", "")
-    tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+    tools = [t.rendered() for t in body.tools] if body.tools else None
     codec = services.codec
     content_chars = sum(len(m["content"]) for m in messages)  # rendered as they are
     codec.check_chars(content_chars, services.settings.engine.max_model_len)

@@ -1,10 +1,13 @@
-"""An agent framework as the client: the OpenAI Agents SDK example plays ToolUse in groups
+"""An agent framework as the client: the OpenAI Agents SDK example plays Compute in groups
 against ``rollgym serve`` (vLLM engine, Docker sandboxes), and one GRPO step trains on them.
 
-The untrained default model rarely writes a valid tool call, so nearly every answer is a
-rejected message (-0.05, ToolUse's ``invalid_penalty``). The agents of a group give up
-after 2 or 3 LLM calls in turn, so their episodes end at different turns and their
-returns differ: that difference, and nothing made up, is what GRPO's advantages come from.
+The server runs the default model taught the tool-call format (``tool_model_dir``), so the
+framework's LLM calls come back with ``python`` tool calls: the SDK runs them through the
+session (the code runs in the episode's box) and sends each result back under its call's
+id. The model copies operands poorly, so its answers are mostly wrong; a reply that is
+neither a valid call nor one answer costs -0.05, and the agents of a group give up after 2
+or 3 LLM calls in turn: where returns differ, that and nothing made up is what GRPO's
+advantages come from.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from examples.agents.httpx_agent import Task, agent_client, served_model
 from examples.agents.openai_agents_agent import Episode, play_episode
 from rollgym.contract.archive import ArchivePage
 from rollgym.contract.wire import Trajectory
-from rollgym.envs.tool_use import TOOLS
+from rollgym.envs.compute import PYTHON_TOOL
 from rollgym.run.server_process import ServerProcess
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.conversation.toolcalls import parse_tool_calls
@@ -33,13 +36,13 @@ from rollgym.trainer.loop import train
 
 GROUP_SIZE, GROUPS = 4, 2
 AGENT, AGENT_KEY = "sdk-agent", "e2e-sdk-agent-key-0123456789"
-SETTINGS = ModelSettings(temperature=1.0, max_tokens=16)
+SETTINGS = ModelSettings(temperature=0.5, max_tokens=64)  # 78% of first replies call
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
+def server(tmp_path_factory, tool_model_dir) -> Iterator[ServerProcess]:
     with ServerProcess(
-        model_dir=default_model_dir,
+        model_dir=tool_model_dir,
         data_dir=tmp_path_factory.mktemp("agents-e2e") / "server",
         threads=1,
         settings={
@@ -58,7 +61,7 @@ async def play_groups(url: str) -> list[Episode]:
     async with agent_client(url, AGENT_KEY) as http:
         model = await served_model(http)
         for seed in range(GROUPS):
-            task = Task(env_id="rollgym/ToolUse-v0", seed=seed, group_size=GROUP_SIZE)
+            task = Task(env_id="rollgym/Compute-v0", seed=seed, group_size=GROUP_SIZE)
             episodes += await asyncio.gather(
                 *(
                     play_episode(
@@ -112,12 +115,13 @@ def trained_groups(server: ServerProcess) -> dict[str, list[Trajectory]]:
 
 
 def test_framework_agents_in_groups_train_the_policy(
-    server, default_model_dir, tmp_path, monkeypatch
+    server, tool_model_dir, tmp_path, monkeypatch
 ) -> None:
     episodes = asyncio.run(play_groups(server.url))
     assert all(e.closed["valid"] for e in episodes)
     assert all(e.closed["persisted"] for e in episodes if e.closed["group_pending"] == 0)
     assert len({e.group_id for e in episodes}) == GROUPS
+    assert_tool_calls_ran_in_the_box(episodes)
 
     probe = probe_steps(monkeypatch)
     config = TrainerConfig(
@@ -132,7 +136,7 @@ def test_framework_agents_in_groups_train_the_policy(
     )
     with ServerClient(server.client_config()) as client:
         start = client.policy_version()
-        result = train(config, client, default_model_dir, printer=None)
+        result = train(config, client, tool_model_dir, printer=None)
         assert result.steps == 1 and client.policy_version() == start + 2  # weights + 1 step
 
     [batch], [output] = probe.batches, probe.outputs
@@ -146,8 +150,8 @@ def test_framework_agents_in_groups_train_the_policy(
     assert set(trained) == {e.group_id for e in episodes}
     assert set(by_id) == {e.closed["trajectory_id"] for e in episodes}
     assert sorted(batch.completion_ids) == sorted(t.completion_ids for t in by_id.values())
-    codec = ChatCodec.from_model_dir(default_model_dir)
-    names = {tool.name for tool in TOOLS}
+    codec = ChatCodec.from_model_dir(tool_model_dir)
+    names = {PYTHON_TOOL.name}
     for episode in episodes:
         trajectory = by_id[episode.closed["trajectory_id"]]
         assert trajectory.source == "session" and trajectory.agent == AGENT
@@ -159,3 +163,23 @@ def test_framework_agents_in_groups_train_the_policy(
             parsed = parse_tool_calls(codec.decode(span), names)
             written = (parsed.content or None, [(c.name, c.arguments) for c in parsed.calls])
             assert written == seen(reply)
+
+
+def assert_tool_calls_ran_in_the_box(episodes: list[Episode]) -> None:
+    """Tool calls made by the model, parsed by the server into the SDK's function calls,
+    run by the env in the episode's box, and answered to the SDK under each call's id."""
+    calls = [
+        call
+        for episode in episodes
+        for reply in episode.replies
+        for call in reply.output
+        if isinstance(call, ResponseFunctionToolCall)
+    ]
+    assert len(calls) >= len(episodes) // 2, "the tool-calling model calls in most turns"
+    assert {call.name for call in calls} == {"python"}
+    assert all(isinstance(json.loads(call.arguments)["code"], str) for call in calls)
+    answered = dict(result for episode in episodes for result in episode.tool_results)
+    assert set(answered) <= {call.call_id for call in calls}
+    assert len(answered) >= len(calls) // 2  # a turn's calls stop once the episode ends
+    # what the box printed: the code ran there (a number, or Python's own error text)
+    assert any(text.strip().lstrip("-").isdigit() for text in answered.values())

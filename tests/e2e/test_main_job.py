@@ -22,9 +22,12 @@ def _small_config(run_dir: Path) -> dict[str, object]:
     return {
         "run_dir": str(run_dir),
         "warmstart": {
-            "oracle_episodes": 24,
-            "imperfect_episodes": 8,
-            "drill_episodes": 8,
+            "demos": {
+                "kind": "guess",
+                "oracle_episodes": 24,
+                "imperfect_episodes": 8,
+                "drill_episodes": 8,
+            },
             "epochs": 1.0,
         },
         "trainer": {
@@ -40,8 +43,8 @@ def _small_config(run_dir: Path) -> dict[str, object]:
     }
 
 
-def _rollgym_run(config: Path) -> list[str]:
-    return [sys.executable, "-m", "rollgym.cli", "run", "--config", str(config)]
+def _rollgym_run(config: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "rollgym.cli", "run", *flags, "--config", str(config)]
 
 
 def _wait_for(path: Path, process: subprocess.Popen[str], timeout_s: float) -> None:
@@ -99,3 +102,49 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     assert (run_dir / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the live table was printed for every step of the second session
     assert second.stdout.count("  sampling ") >= 1
+
+
+def test_the_compute_preset_trains_with_the_sandbox_in_the_loop(tmp_path, tool_model_dir) -> None:
+    """``--preset compute`` shrunk: the policy calls the python tool in boxes of the
+    server's warm pool, and the run reports the sandbox's turns apart from the model's.
+
+    It starts from the test model that calls the tool (``tool_model_dir``) instead of the
+    preset's warm start, which takes minutes; that model's rewards differ within a group
+    only by its rejected messages (-0.05 each), enough for GRPO to take a step."""
+    run_dir = tmp_path / "compute"
+    config = tmp_path / "compute.json"
+    small = {
+        "run_dir": str(run_dir),
+        "model_dir": str(tool_model_dir),
+        "warmstart": None,
+        "task": {"sandboxes": 4},
+        "trainer": {
+            "output_dir": "grpo",
+            "group_size": 4,
+            "groups_per_batch": 2,
+            "total_steps": 2,
+            "online_eval": None,
+            "guard": None,
+        },
+        "eval_episodes": 8,
+    }
+    config.write_text(json.dumps(small))
+    done = subprocess.run(
+        _rollgym_run(config, "--preset", "compute"),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "sandboxes) on loopback" in done.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["config"]["task"]["env_id"] == "rollgym/Compute-v0"
+    # the box was in the loop: turns ran code in the sandboxes, timed apart from the model
+    latency = summary["turn_latency_s"]
+    assert {"model", "environment", "sandbox"} <= set(latency)
+    assert 0 < latency["sandbox"]["p50"] <= latency["sandbox"]["p99"]
+    assert latency["sandbox"]["p50"] <= latency["environment"]["p99"]
+    assert summary["stage_shares"]["environment"][0] > 0  # busy seconds
+    for policy in ("warm_start", "rl"):
+        assert summary["success_rate"][policy]["episodes"] == 8

@@ -126,3 +126,13 @@ async def test_a_session_turn_cut_by_a_stop_text_is_closed_by_an_end_of_turn_tok
     closing = codec.continuation([note], stopped=False)
     assert closing[0] == codec.eos_id  # masked: the environment closes the model's turn
     assert context == opening + choice["token_ids"] + closing
+
+
+async def test_a_tools_strict_flag_does_not_change_the_prompt(client, engine) -> None:
+    """``strict`` is for the server, not the model: the Agents SDK's ``"strict": false``
+    prompts the model exactly as the same tool without it (as an env's tools do)."""
+    flagged = {"type": "function", "function": {**CALCULATOR["function"], "strict": False}}
+    await chat(client, tools=[CALCULATOR])
+    await chat(client, tools=[flagged])
+    plain, with_flag = engine.prompts
+    assert plain == with_flag
