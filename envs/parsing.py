@@ -106,8 +106,6 @@ def _parse_one(body: str, index: int, tools: dict[str, Tool]) -> ToolCall:
         payload = json.loads(body, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as exc:
         raise ActionError(f"Tool call {index}: invalid JSON ({_json_problem(exc)}).") from exc
-    except RecursionError:  # the agent's text chose the depth: its failure, not the host's
-        raise ActionError(f"Tool call {index}: the JSON is nested too deeply.") from None
     if not isinstance(payload, dict) or set(payload) != {"name", "arguments"}:
         raise ActionError(
             f'Tool call {index}: expected {{"name": ..., "arguments": {{...}}}} '
