@@ -64,9 +64,11 @@ async def play(
         max_model_len=max_model_len,
     )
     codec = ChatCodec.from_model_dir(model_dir)
-    slots = asyncio.Semaphore(task.concurrency)
     async with contextlib.AsyncExitStack() as stack:
         pool = stack.enter_context(sandbox_pool(task)) if takes_pool(task.env_id) else None
+        # an episode holds its box from reset to end: more at once would only wait for one
+        # (and time out: 23 of 100 SmolLM2 episodes did, 64 at once on 16 boxes)
+        slots = asyncio.Semaphore(eval_boxes(task) if pool else task.concurrency)
         engine = await stack.enter_async_context(VLLMEngine(config))
         runner = EpisodeRunner(
             engine, codec, RegistryEnvs(lambda: pool), max_model_len=max_model_len
@@ -83,12 +85,17 @@ async def play(
     return episodes, (after.tokens - before.tokens) / busy if busy > 0 else 0.0
 
 
+def eval_boxes(task: HeldOutTask) -> int:
+    """Boxes for a sandboxed task's evaluation, and so its episodes at once: at most 16."""
+    return min(task.concurrency, len(task.seeds), 16)
+
+
 def sandbox_pool(task: HeldOutTask) -> WarmPool:
     """A Docker pool for a sandboxed task's episodes: a box per episode played at once."""
     from rollgym.sandboxes.config import PoolConfig
     from rollgym.sandboxes.docker import DockerSandboxPool
 
-    return DockerSandboxPool(PoolConfig(size=min(task.concurrency, len(task.seeds), 16)))
+    return DockerSandboxPool(PoolConfig(size=eval_boxes(task)))
 
 
 def kl_to_training(
