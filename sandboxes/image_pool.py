@@ -36,22 +36,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from . import exits
 from . import metrics as m
-from .base import PoolTimeout, Sandbox, SandboxError, SandboxState, SandboxStateError
+from .base import Sandbox, SandboxError, SandboxStateError
 from .box import ExecutorSandbox
 from .config import ImagePoolConfig, PoolConfig, SandboxConfig
 from .demand import Demand
 from .lease import PooledSandbox
-from .pool import PoolState, PoolStatus, _set_exception, _Waiter
+from .pool_core import Leases, PoolCore, PoolState, PoolStatus, Waiter
 from .provider import BoxProvider
 
 logger = logging.getLogger(__name__)
@@ -88,7 +87,7 @@ class _Kind:
         self.starting = 0
         self.resetting = 0  # taken back, being reset: still boxes under the caps
         self.reserved = 0  # boxes of other kinds stopping to make room for this one
-        self.waiters: collections.deque[_Waiter] = collections.deque()
+        self.waiters: collections.deque[Waiter] = collections.deque()
         self.demand = Demand(window_s)
         self.floor = 0
         self.last_used = 0.0
@@ -112,8 +111,12 @@ class _Kind:
         return max(self.floor, self.demand.target(now=now))
 
 
-class ImagePool:
-    """See the module docstring. ``provider_for`` makes the provider of one kind's boxes."""
+class ImagePool(PoolCore):
+    """See the module docstring. ``provider_for`` makes the provider of one kind's boxes;
+    the life, waiting and release rules are ``PoolCore``'s."""
+
+    config: ImagePoolConfig
+    _health_name = "sandbox-image-health"
 
     def __init__(
         self,
@@ -123,56 +126,32 @@ class ImagePool:
         metrics: m.MetricsSink | None = None,
     ) -> None:
         self.config = config or ImagePoolConfig()
+        super().__init__(metrics)
         self._provider_for = provider_for
-        self._metrics = metrics or m.NullMetrics()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._kinds: dict[str, _Kind] = {}
         self._kind_of: dict[ExecutorSandbox, _Kind] = {}
         self._stopping = 0
         self._stopping_mb = 0
-        self._state = PoolState.NEW
-        self._closing = threading.Event()
-        self._last_error = ""
         self._workers = _Workers(self.config.start_parallelism)
-        self._health: threading.Thread | None = None
         self._default = self._kind(self.config.box)
         self._default.floor = self.config.warm_default
         self.default = ImageView(self, self._default)
 
     # -- life ---------------------------------------------------------------------------------
-    def start(self, *, wait: bool = True) -> None:
-        """Sweep leftovers of dead owners, start the default kind's warm boxes (and wait)."""
+    def _warm_up(self) -> None:
+        """Start the default kind's warm boxes (``start``'s part)."""
+        self._provider(self._default).sweep()
         with self._lock:
-            if self._state is not PoolState.NEW:
-                raise SandboxStateError(f"the pool is {self._state.value}; start it once")
-            self._state = PoolState.OPEN
-        exits.close_at_exit(self)
-        try:
-            self._provider(self._default).sweep()
-            with self._lock:
-                self._replenish_locked(self._default)
-            if wait:
-                self._wait_warm()
-        except BaseException:
-            self.close()
-            raise
-        if self.config.health_interval_s > 0:
-            self._health = threading.Thread(
-                target=self._health_loop, name="sandbox-image-health", daemon=True
-            )
-            self._health.start()
+            self._replenish_locked(self._default)
 
     def _wait_warm(self) -> None:
-        kind, want = self._default, self.config.warm_default
-        rounds = -(-want // self.config.start_parallelism)
-        deadline = time.monotonic() + kind.config.start_timeout_s * max(1, rounds)
-        with self._changed:
-            while len(kind.idle) + len(kind.leased) < want:
-                if self._last_error:
-                    raise SandboxError(f"a sandbox failed to start: {self._last_error}")
-                if not self._changed.wait(deadline - time.monotonic()):
-                    raise SandboxError(f"the pool did not warm up in time: {self.status()}")
+        kind = self._default
+        self._wait_until(
+            lambda: len(kind.idle) + len(kind.leased),
+            self.config.warm_default,
+            kind.config.start_timeout_s,
+            lambda: bool(self._last_error),
+        )
 
     def close(self) -> None:
         """Stop every box of every kind (leased ones too) and what the providers left."""
@@ -190,7 +169,7 @@ class ImagePool:
                 kind.waiters.clear()
             self._changed.notify_all()
         for waiter in waiters:
-            _fail(waiter, SandboxStateError("the pool closed while waiting for a sandbox"))
+            waiter.fail(SandboxStateError("the pool closed while waiting for a sandbox"))
         for kind, box in boxes:
             self._workers.submit(self._stop_box, kind, box)
         self._workers.shutdown()
@@ -200,20 +179,6 @@ class ImagePool:
             if kind.provider is not None:
                 kind.provider.close()
         exits.forget(self)
-
-    def __enter__(self) -> ImagePool:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> ImagePool:
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.close)
 
     def status(self) -> PoolStatus:
         """All kinds together (``size`` is the cap)."""
@@ -267,40 +232,20 @@ class ImagePool:
     async def aacquire(self, *, timeout: float | None = None) -> Sandbox:
         return await self.default.aacquire(timeout=timeout)
 
-    def sandbox(
-        self, *, timeout: float | None = None
-    ) -> contextlib.AbstractContextManager[Sandbox]:
-        return self.default.sandbox(timeout=timeout)
-
-    def asandbox(
-        self, *, timeout: float | None = None
-    ) -> contextlib.AbstractAsyncContextManager[Sandbox]:
-        return self.default.asandbox(timeout=timeout)
-
     # -- acquire ------------------------------------------------------------------------------
     def _acquire(self, kind: _Kind, timeout: float | None) -> Sandbox:
         start = time.perf_counter()
         lease = self._lease_or_wait(kind, None)
-        if isinstance(lease, _Waiter):
-            waiter, seconds = lease, self._timeout(timeout)
-            waiter.event.wait(seconds)
-            with self._lock:
-                gave_up = waiter.lease is None and waiter.error is None
-                if gave_up:
-                    kind.waiters.remove(waiter)
-            if gave_up:
-                raise PoolTimeout(self._timeout_message(kind, seconds))
-            if waiter.error is not None:
-                raise waiter.error
-            assert waiter.lease is not None
-            return self._acquired(kind, waiter.lease, start, "cold")
+        if isinstance(lease, Waiter):
+            lease = self._wait(lease, kind.waiters, self._timeout(timeout), kind.image)
+            return self._acquired(kind, lease, start, "cold")
         return self._acquired(kind, lease, start, "warm")
 
     async def _aacquire(self, kind: _Kind, timeout: float | None) -> Sandbox:
         start = time.perf_counter()
         lease = self._lease_or_wait(kind, asyncio.get_running_loop())
-        if isinstance(lease, _Waiter):
-            lease = await self._await_lease(kind, lease, self._timeout(timeout))
+        if isinstance(lease, Waiter):
+            lease = await self._await(lease, kind.waiters, self._timeout(timeout), kind.image)
             return self._acquired(kind, lease, start, "cold")
         return self._acquired(kind, lease, start, "warm")
 
@@ -310,37 +255,18 @@ class ImagePool:
         self._metrics.observe(m.IMAGE_ACQUIRE, seconds, {"image": kind.image, "path": path})
         return lease
 
-    async def _await_lease(self, kind: _Kind, waiter: _Waiter, seconds: float) -> PooledSandbox:
-        assert waiter.future is not None
-        try:
-            async with asyncio.timeout(seconds):
-                return await waiter.future
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            with self._lock:
-                if waiter in kind.waiters:
-                    kind.waiters.remove(waiter)
-            future = waiter.future
-            if future.done() and not future.cancelled() and future.exception() is None:
-                await self.arelease(future.result())  # handed over just as we gave up
-            if isinstance(exc, TimeoutError):
-                raise PoolTimeout(self._timeout_message(kind, seconds)) from None
-            raise
-
     def _lease_or_wait(
         self, kind: _Kind, loop: asyncio.AbstractEventLoop | None
-    ) -> PooledSandbox | _Waiter:
+    ) -> PooledSandbox | Waiter:
         """A lease on an idle box of ``kind``, or a waiter queued for the next one."""
         with self._lock:
-            if self._state is PoolState.NEW:
-                raise SandboxStateError("the pool is not started: call start() or use `with`")
-            if self._state is PoolState.CLOSED:
-                raise SandboxStateError("the pool is closed")
+            self._check_open_locked()
             if kind.idle:
                 box = kind.idle.pop()  # the most recently used: the warmest
                 kind.warm_hits += 1
                 self._metrics.increment(m.WARM_HITS, {"image": kind.image})
                 return self._lease_locked(kind, box)
-            waiter = _Waiter(loop)
+            waiter = Waiter(loop)
             kind.waiters.append(waiter)
             self._schedule_locked()
             return waiter
@@ -351,13 +277,6 @@ class ImagePool:
         kind.demand.note(leased=len(kind.leased), now=now)
         return PooledSandbox(box, self)
 
-    def _timeout(self, timeout: float | None) -> float:
-        return self.config.acquire_timeout_s if timeout is None else timeout
-
-    def _timeout_message(self, kind: _Kind, seconds: float) -> str:
-        message = f"no sandbox of {kind.image} became free within {seconds} s ({self.status()})"
-        return f"{message}; last start failure: {self._last_error}" if self._last_error else message
-
     # -- release ------------------------------------------------------------------------------
     def release(self, sandbox: Sandbox) -> None:
         """Reset the box for its next user, or retire it. Never raises for a box's failure."""
@@ -365,12 +284,7 @@ class ImagePool:
         if taken is None:
             return
         kind, box = taken
-        reason = self._retire_reason(box)
-        if reason is None:
-            try:
-                box.reset()
-            except SandboxError as exc:
-                reason = box.death_reason or f"reset failed: {exc}"
+        reason = self._reset_or_reason(box)
         self._retire(kind, box, reason, returned=True) if reason else self._put_ready(
             kind, box, returned=True
         )
@@ -380,12 +294,7 @@ class ImagePool:
         if taken is None:
             return
         kind, box = taken
-        reason = self._retire_reason(box)
-        if reason is None:
-            try:
-                await box.areset()
-            except SandboxError as exc:
-                reason = box.death_reason or f"reset failed: {exc}"
+        reason = await self._areset_or_reason(box)
         self._retire(kind, box, reason, returned=True) if reason else self._put_ready(
             kind, box, returned=True
         )
@@ -402,17 +311,6 @@ class ImagePool:
             kind.resetting += 1  # until _put_ready or _retire
             kind.demand.note(leased=len(kind.leased), now=time.monotonic())
         return kind, box
-
-    def _retire_reason(self, box: ExecutorSandbox) -> str | None:
-        if box.state is SandboxState.DEAD:
-            return box.death_reason or "dead"
-        if box.oom_kills:
-            self._metrics.increment(m.RECYCLED, {"reason": "oom"})
-            return "oom"
-        if box.timeouts and self.config.recycle_after_timeout:
-            self._metrics.increment(m.RECYCLED, {"reason": "timeout"})
-            return "timeout"
-        return None
 
     # -- boxes coming and going -----------------------------------------------------------------
     def _put_ready(self, kind: _Kind, box: ExecutorSandbox, *, returned: bool = False) -> None:
@@ -437,19 +335,11 @@ class ImagePool:
         self._changed.notify_all()
         return True
 
-    def _hand_over(self, kind: _Kind, waiter: _Waiter, box: ExecutorSandbox) -> bool:
+    def _hand_over(self, kind: _Kind, waiter: Waiter, box: ExecutorSandbox) -> bool:
         """Give ``box`` to ``waiter`` (lock held); False if the waiter already left."""
-        if waiter.loop is not None:
-            assert waiter.future is not None
-            if waiter.future.done() or waiter.loop.is_closed():
-                return False
-        lease = self._lease_locked(kind, box)
-        if waiter.loop is None:
-            waiter.lease = lease
-            waiter.event.set()
-        else:
-            assert waiter.future is not None
-            waiter.loop.call_soon_threadsafe(self._resolve, waiter.future, lease)
+        if waiter.gone():
+            return False
+        waiter.serve(self._lease_locked(kind, box), self._resolve)
         return True
 
     def _resolve(self, future: asyncio.Future[PooledSandbox], lease: PooledSandbox) -> None:
@@ -543,16 +433,14 @@ class ImagePool:
         placed = False
         error = "the pool is closing"
         if not self._closing.is_set():
-            start = time.perf_counter()
-            try:
-                box = self._provider(kind).start_box()
-                self._metrics.observe(m.COLD_START, time.perf_counter() - start)
+            what = f"a sandbox of {kind.image}"
+            started = self._start_box(lambda: self._provider(kind).start_box(), logger, what)
+            if isinstance(started, SandboxError):
+                error = str(started)
+            else:
+                box = started
                 if cold:
                     self._metrics.increment(m.COLD_STARTS, {"image": kind.image})
-            except SandboxError as exc:
-                error = str(exc)
-                self._metrics.increment(m.DEATHS, {"reason": "start_failed"})
-                logger.warning("a sandbox of %s failed to start: %s", kind.image, exc)
         with self._changed:
             kind.starting -= 1
             if box is not None:
@@ -564,9 +452,9 @@ class ImagePool:
             else:
                 self._last_error = error
                 if kind.waiters and self._state is PoolState.OPEN:
-                    _fail(kind.waiters.popleft(), SandboxError(
-                        f"a sandbox of {kind.image} failed to start: {error}"
-                    ))  # fmt: skip
+                    kind.waiters.popleft().fail(
+                        SandboxError(f"a sandbox of {kind.image} failed to start: {error}")
+                    )
                 self._changed.notify_all()
         if box is not None and not placed:
             self._stop_box(kind, box)
@@ -623,7 +511,7 @@ class ImagePool:
                 self._replenish_locked(kind)
 
 
-class ImageView:
+class ImageView(Leases):
     """The ``SandboxPool`` of one kind of box of an ``ImagePool`` (``pool.for_box(...)``).
 
     ``close`` does nothing: the pool belongs to whoever made it.
@@ -649,32 +537,8 @@ class ImageView:
     async def arelease(self, sandbox: Sandbox) -> None:
         await self.pool.arelease(sandbox)
 
-    @contextlib.contextmanager
-    def sandbox(self, *, timeout: float | None = None) -> Iterator[Sandbox]:
-        box = self.acquire(timeout=timeout)
-        try:
-            yield box
-        finally:
-            self.release(box)
-
-    @contextlib.asynccontextmanager
-    async def asandbox(self, *, timeout: float | None = None) -> AsyncIterator[Sandbox]:
-        box = await self.aacquire(timeout=timeout)
-        try:
-            yield box
-        finally:
-            await self.arelease(box)
-
     def close(self) -> None:
         pass
-
-
-def _fail(waiter: _Waiter, error: SandboxError) -> None:
-    if waiter.loop is None:
-        waiter.error = error
-        waiter.event.set()
-    elif waiter.future is not None and not waiter.loop.is_closed():
-        waiter.loop.call_soon_threadsafe(_set_exception, waiter.future, error)
 
 
 class _Workers:

@@ -1,7 +1,8 @@
-"""Sandbox metrics without a metrics library: a sink protocol and an in-memory recorder.
+"""Sandbox metrics without a metrics library: the names and an in-memory recorder.
 
-``sandboxes`` reports every timing and event to a ``MetricsSink``; the server adapts it to
-Prometheus (or reads ``MetricsRecorder.snapshot()``). Names, all in seconds or counts:
+``sandboxes`` reports every timing and event to a ``MetricsSink``
+(``rollgym.contract.metrics``, the engine's sink too); the server adapts it to Prometheus
+(or reads ``MetricsRecorder.snapshot()``). Names, all in seconds or counts:
 
 =================================  ==========  ====================================================
 name                               labels      what
@@ -38,8 +39,11 @@ import collections
 import dataclasses
 import statistics
 import threading
-from collections.abc import Mapping
-from typing import Protocol
+
+from rollgym.contract.metrics import NO_LABELS as NO_LABELS
+from rollgym.contract.metrics import Labels as Labels
+from rollgym.contract.metrics import MetricsSink as MetricsSink
+from rollgym.contract.metrics import NullMetrics as NullMetrics
 
 POOL_WAIT = "sandbox_pool_wait_seconds"
 ROUND_TRIP = "sandbox_round_trip_seconds"
@@ -77,25 +81,6 @@ COUNTS: dict[str, tuple[str, ...]] = {
     COLD_STARTS: ("image",),
     EVICTIONS: ("image", "reason"),
 }
-
-Labels = Mapping[str, str]
-NO_LABELS: Labels = {}
-
-
-class MetricsSink(Protocol):
-    """Where sandboxes report. Called from any thread; must be cheap and never raise."""
-
-    def observe(self, name: str, seconds: float, labels: Labels = NO_LABELS) -> None: ...
-
-    def increment(self, name: str, labels: Labels = NO_LABELS) -> None: ...
-
-
-class NullMetrics:
-    def observe(self, name: str, seconds: float, labels: Labels = NO_LABELS) -> None:
-        pass
-
-    def increment(self, name: str, labels: Labels = NO_LABELS) -> None:
-        pass
 
 
 @dataclasses.dataclass(frozen=True)

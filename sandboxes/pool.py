@@ -19,22 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import dataclasses
-import enum
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from . import exits
 from . import metrics as m
-from .base import PoolTimeout, Sandbox, SandboxError, SandboxState, SandboxStateError
+from .base import Sandbox, SandboxError, SandboxStateError
 from .box import ExecutorSandbox
 from .config import PoolConfig
 from .lease import PooledSandbox
+from .pool_core import PoolCore, PoolState, PoolStatus, Waiter
 from .provider import BoxProvider
 
 MAX_RETRY_BACKOFF_S = 30.0
@@ -42,34 +38,12 @@ MAX_RETRY_BACKOFF_S = 30.0
 logger = logging.getLogger(__name__)
 
 
-class PoolState(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    CLOSED = "closed"
+class WarmPool(PoolCore):
+    """See the module docstring; the life, waiting and release rules are ``PoolCore``'s."""
 
+    config: PoolConfig
+    _health_name = "sandbox-health"
 
-@dataclasses.dataclass(frozen=True)
-class PoolStatus:
-    size: int
-    ready: int
-    leased: int
-    starting: int
-    waiting: int
-
-
-class _Waiter:
-    """One blocked acquire: a thread (event) or a coroutine (future on its loop)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.loop = loop
-        self.future: asyncio.Future[PooledSandbox] | None = loop.create_future() if loop else None
-        self.event = threading.Event()
-        self.lease: PooledSandbox | None = None
-        self.error: SandboxError | None = None
-        self.created = time.monotonic()  # first come, first served across kinds (ImagePool)
-
-
-class WarmPool:
     def __init__(
         self,
         provider: BoxProvider,
@@ -78,55 +52,30 @@ class WarmPool:
         metrics: m.MetricsSink | None = None,
     ) -> None:
         self.config = config or PoolConfig()
+        super().__init__(metrics)
         self._provider = provider
-        self._metrics = metrics or m.NullMetrics()
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._idle: collections.deque[ExecutorSandbox] = collections.deque()
         self._leased: set[ExecutorSandbox] = set()
-        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._waiters: collections.deque[Waiter] = collections.deque()
         self._starting = 0
         self._start_failures = 0
-        self._last_error = ""
-        self._state = PoolState.NEW
-        self._closing = threading.Event()
         self._workers = ThreadPoolExecutor(self.config.start_parallelism, "sandbox-pool")
-        self._health: threading.Thread | None = None
 
     # -- life ---------------------------------------------------------------------------------
-    def start(self, *, wait: bool = True) -> None:
-        """Sweep leftovers of dead owners, then start ``size`` boxes (and wait for them)."""
-        with self._lock:
-            if self._state is not PoolState.NEW:
-                raise SandboxStateError(f"the pool is {self._state.value}; start it once")
-            self._state = PoolState.OPEN
-        exits.close_at_exit(self)
-        try:
-            self._provider.open()
-            self._provider.sweep()
-            for _ in range(self.config.size):
-                self._spawn()
-            if wait:
-                self._wait_warm()
-        except BaseException:
-            self.close()
-            raise
-        if self.config.health_interval_s > 0:
-            # A daemon: a process that never closed its pool must still get to exit.
-            self._health = threading.Thread(
-                target=self._health_loop, name="sandbox-health", daemon=True
-            )
-            self._health.start()
+    def _warm_up(self) -> None:
+        """Start ``size`` boxes (``start``'s part)."""
+        self._provider.open()
+        self._provider.sweep()
+        for _ in range(self.config.size):
+            self._spawn()
 
     def _wait_warm(self) -> None:
-        rounds = -(-self.config.size // self.config.start_parallelism)
-        deadline = time.monotonic() + self.config.box.start_timeout_s * rounds
-        with self._changed:
-            while len(self._idle) + len(self._leased) < self.config.size:
-                if self._start_failures:
-                    raise SandboxError(f"a sandbox failed to start: {self._last_error}")
-                if not self._changed.wait(deadline - time.monotonic()):
-                    raise SandboxError(f"the pool did not warm up in time: {self.status()}")
+        self._wait_until(
+            lambda: len(self._idle) + len(self._leased),
+            self.config.size,
+            self.config.box.start_timeout_s,
+            lambda: self._start_failures > 0,
+        )
 
     def close(self) -> None:
         """Stop every box (leased ones too) and remove what the pool left on the host."""
@@ -141,7 +90,7 @@ class WarmPool:
             waiters, self._waiters = list(self._waiters), collections.deque()
             self._changed.notify_all()
         for waiter in waiters:
-            self._fail(waiter, SandboxStateError("the pool closed while waiting for a sandbox"))
+            waiter.fail(SandboxStateError("the pool closed while waiting for a sandbox"))
         for box in boxes:
             try:
                 self._workers.submit(self._provider.stop_box, box)
@@ -152,20 +101,6 @@ class WarmPool:
             self._health.join()
         self._provider.close()
         exits.forget(self)
-
-    def __enter__(self) -> WarmPool:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> WarmPool:
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.close)
 
     def status(self) -> PoolStatus:
         return PoolStatus(
@@ -180,81 +115,30 @@ class WarmPool:
     def acquire(self, *, timeout: float | None = None) -> Sandbox:
         start = time.perf_counter()
         lease = self._lease_or_wait(None)
-        if isinstance(lease, _Waiter):
-            waiter, seconds = lease, self._acquire_timeout(timeout)
-            waiter.event.wait(seconds)
-            with self._lock:
-                if waiter.lease is None and waiter.error is None:
-                    self._waiters.remove(waiter)
-                    raise PoolTimeout(self._timeout_message(seconds))
-            if waiter.error is not None:
-                raise waiter.error
-            assert waiter.lease is not None
-            lease = waiter.lease
+        if isinstance(lease, Waiter):
+            lease = self._wait(lease, self._waiters, self._timeout(timeout), None)
         self._metrics.observe(m.POOL_WAIT, time.perf_counter() - start)
         return lease
 
     async def aacquire(self, *, timeout: float | None = None) -> Sandbox:
         start = time.perf_counter()
         lease = self._lease_or_wait(asyncio.get_running_loop())
-        if isinstance(lease, _Waiter):
-            lease = await self._await_lease(lease, self._acquire_timeout(timeout))
+        if isinstance(lease, Waiter):
+            lease = await self._await(lease, self._waiters, self._timeout(timeout), None)
         self._metrics.observe(m.POOL_WAIT, time.perf_counter() - start)
         return lease
 
-    async def _await_lease(self, waiter: _Waiter, seconds: float) -> PooledSandbox:
-        assert waiter.future is not None
-        try:
-            async with asyncio.timeout(seconds):
-                return await waiter.future
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            with self._lock:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-            future = waiter.future
-            if future.done() and not future.cancelled() and future.exception() is None:
-                await self.arelease(future.result())  # handed over just as we gave up
-            if isinstance(exc, TimeoutError):
-                raise PoolTimeout(self._timeout_message(seconds)) from None
-            raise
-
-    def _lease_or_wait(self, loop: asyncio.AbstractEventLoop | None) -> PooledSandbox | _Waiter:
+    def _lease_or_wait(self, loop: asyncio.AbstractEventLoop | None) -> PooledSandbox | Waiter:
         """A lease on an idle box, or else a waiter queued for the next free one."""
         with self._lock:
-            if self._state is PoolState.NEW:
-                raise SandboxStateError("the pool is not started: call start() or use `with`")
-            if self._state is PoolState.CLOSED:
-                raise SandboxStateError("the pool is closed")
+            self._check_open_locked()
             if self._idle:
                 box = self._idle.popleft()
                 self._leased.add(box)
                 return PooledSandbox(box, self)
-            waiter = _Waiter(loop)
+            waiter = Waiter(loop)
             self._waiters.append(waiter)
             return waiter
-
-    def _acquire_timeout(self, timeout: float | None) -> float:
-        return self.config.acquire_timeout_s if timeout is None else timeout
-
-    def _timeout_message(self, seconds: float) -> str:
-        message = f"no sandbox became free within {seconds} s ({self.status()})"
-        return f"{message}; last start failure: {self._last_error}" if self._last_error else message
-
-    @contextlib.contextmanager
-    def sandbox(self, *, timeout: float | None = None) -> Iterator[Sandbox]:
-        box = self.acquire(timeout=timeout)
-        try:
-            yield box
-        finally:
-            self.release(box)
-
-    @contextlib.asynccontextmanager
-    async def asandbox(self, *, timeout: float | None = None) -> AsyncIterator[Sandbox]:
-        box = await self.aacquire(timeout=timeout)
-        try:
-            yield box
-        finally:
-            await self.arelease(box)
 
     # -- release ------------------------------------------------------------------------------
     def release(self, sandbox: Sandbox) -> None:
@@ -262,24 +146,14 @@ class WarmPool:
         box = self._take_back(sandbox)
         if box is None:
             return
-        reason = self._retire_reason(box)
-        if reason is None:
-            try:
-                box.reset()
-            except SandboxError as exc:
-                reason = box.death_reason or f"reset failed: {exc}"
+        reason = self._reset_or_reason(box)
         self._recycle(box, reason) if reason else self._put_ready(box)
 
     async def arelease(self, sandbox: Sandbox) -> None:
         box = self._take_back(sandbox)
         if box is None:
             return
-        reason = self._retire_reason(box)
-        if reason is None:
-            try:
-                await box.areset()
-            except SandboxError as exc:
-                reason = box.death_reason or f"reset failed: {exc}"
+        reason = await self._areset_or_reason(box)
         self._recycle(box, reason) if reason else self._put_ready(box)
 
     def _take_back(self, sandbox: Sandbox) -> ExecutorSandbox | None:
@@ -291,17 +165,6 @@ class WarmPool:
                 return None  # close() stopped it already
             self._leased.discard(box)
         return box
-
-    def _retire_reason(self, box: ExecutorSandbox) -> str | None:
-        if box.state is SandboxState.DEAD:
-            return box.death_reason or "dead"
-        if box.oom_kills:  # its memory was full once: a fresh box is the safe next one
-            self._metrics.increment(m.RECYCLED, {"reason": "oom"})
-            return "oom"
-        if box.timeouts and self.config.recycle_after_timeout:
-            self._metrics.increment(m.RECYCLED, {"reason": "timeout"})
-            return "timeout"
-        return None
 
     # -- boxes coming and going -----------------------------------------------------------------
     def _put_ready(self, box: ExecutorSandbox) -> None:
@@ -317,17 +180,11 @@ class WarmPool:
                 return
         self._provider.stop_box(box)
 
-    def _hand_over(self, waiter: _Waiter, box: ExecutorSandbox) -> bool:
+    def _hand_over(self, waiter: Waiter, box: ExecutorSandbox) -> bool:
         """Give ``box`` to ``waiter`` (lock held); False if the waiter already left."""
-        lease = PooledSandbox(box, self)
-        if waiter.loop is None:
-            waiter.lease = lease
-            waiter.event.set()
-        else:
-            assert waiter.future is not None
-            if waiter.future.done() or waiter.loop.is_closed():
-                return False
-            waiter.loop.call_soon_threadsafe(self._resolve, waiter.future, lease)
+        if waiter.gone():
+            return False
+        waiter.serve(PooledSandbox(box, self), self._resolve)
         self._leased.add(box)
         return True
 
@@ -338,13 +195,6 @@ class WarmPool:
                 self._put_ready(box)
         else:
             future.set_result(lease)
-
-    def _fail(self, waiter: _Waiter, error: SandboxError) -> None:
-        if waiter.loop is None:
-            waiter.error = error
-            waiter.event.set()
-        elif waiter.future is not None and not waiter.loop.is_closed():
-            waiter.loop.call_soon_threadsafe(_set_exception, waiter.future, error)
 
     def _recycle(self, box: ExecutorSandbox, reason: str) -> None:
         """Stop ``box`` and start a replacement, both on the pool's threads."""
@@ -366,14 +216,11 @@ class WarmPool:
             self._provider.stop_box(replacing)
         box: ExecutorSandbox | None = None
         if not self._closing.is_set():
-            start = time.perf_counter()
-            try:
-                box = self._provider.start_box()
-                self._metrics.observe(m.COLD_START, time.perf_counter() - start)
-            except SandboxError as exc:
-                self._metrics.increment(m.DEATHS, {"reason": "start_failed"})
-                self._last_error = str(exc)
-                logger.warning("a sandbox failed to start: %s", exc)
+            started = self._start_box(self._provider.start_box, logger, "a sandbox")
+            if isinstance(started, SandboxError):
+                self._last_error = str(started)
+            else:
+                box = started
         with self._changed:
             self._starting -= 1
             if box is None:
@@ -399,8 +246,3 @@ class WarmPool:
                     self._recycle(box, box.death_reason or "unresponsive")
                     continue
                 self._put_ready(box)
-
-
-def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)

@@ -20,7 +20,6 @@ take any pool.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +45,7 @@ from rollgym.envs.messages import clip_text, system, user
 from rollgym.envs.parsing import code_blocks, extract_code
 from rollgym.envs.programs import Program, RunShell, grade, write_file
 from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
+from rollgym.envs.verified import VerifiedEpisode, VerifiedStep, VerifiedStepReward, VerifierScore
 from rollgym.sandboxes.base import WORK_DIR, Grading, SandboxPool
 from rollgym.sandboxes.config import SandboxConfig
 
@@ -59,33 +59,7 @@ TESTS_DIR = "/tests"
 VERIFIERS: TypeAdapter[VerifierConfig] = TypeAdapter(VerifierConfig)
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetStep:
-    valid: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetEpisode:
-    score: float
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetStepReward:
-    invalid_penalty: float = 0.05
-
-    def __call__(self, step: DatasetStep) -> float:
-        return 0.0 if step.valid else -self.invalid_penalty
-
-
-@dataclasses.dataclass(frozen=True)
-class ScoreReward:
-    """The verifier's score of the final answer."""
-
-    def __call__(self, episode: DatasetEpisode) -> float:
-        return episode.score
-
-
-class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
+class DatasetEnv(SandboxEnv[VerifiedStep, VerifiedEpisode]):
     """Rows of a local data set as tasks; see the module docstring.
 
     ``data_files``: JSONL or Parquet files; ``verifier``: a ``VerifierConfig`` or its dict
@@ -101,13 +75,13 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
         sandbox_pool: SandboxPool | None = None,
         box: dict[str, Any] | None = None,
         judge: Judge | None = None,
-        step_reward: Callable[[DatasetStep], float] | None = None,
-        terminal_reward: Callable[[DatasetEpisode], float] | None = None,
+        step_reward: Callable[[VerifiedStep], float] | None = None,
+        terminal_reward: Callable[[VerifiedEpisode], float] | None = None,
         **options: Unpack[SandboxOptions],
     ):
         super().__init__(
-            step_reward=step_reward or DatasetStepReward(),
-            terminal_reward=terminal_reward or ScoreReward(),
+            step_reward=step_reward or VerifiedStepReward(),
+            terminal_reward=terminal_reward or VerifierScore(),
             sandbox_pool=sandbox_pool,
             **options,
         )
@@ -166,7 +140,7 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
         listed = f"\nFiles: {', '.join(sorted(self._row.files))}" if self._row.files else ""
         return Opening(self._row.id, (system(SYSTEM_PROMPT), user(self._row.prompt + listed)))
 
-    def _turn_program(self, action: str) -> Program[Turn[DatasetStep]]:
+    def _turn_program(self, action: str) -> Program[Turn[VerifiedStep]]:
         answers = ANSWER.findall(action)
         if answers and code_blocks(action):
             raise ActionError("Either run one ```bash block or give your <answer>, not both.")
@@ -184,10 +158,10 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
             error = f"the command exited with code {run.result.exit_code}"
         feedback = clip_text(run.describe(self.max_feedback_chars), self.max_feedback_chars + 100)
         return Turn(
-            (user(feedback),), DatasetStep(), failure="task" if error else None, error=error
+            (user(feedback),), VerifiedStep(), failure="task" if error else None, error=error
         )
 
-    def _answered(self, answer: str) -> Program[Turn[DatasetStep]]:
+    def _answered(self, answer: str) -> Program[Turn[VerifiedStep]]:
         verifier, row = self.verifier, self._row
         if isinstance(verifier, ExactVerifier):
             self._score = exact_score(answer, _required(row.answer), verifier)
@@ -197,7 +171,7 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
             self._score = yield from self._tested(answer, verifier)
         else:
             self._pending = answer  # scored by the judge after the program (_turn, _aturn)
-        return Turn((user("Your answer was recorded."),), DatasetStep(), terminated=True)
+        return Turn((user("Your answer was recorded."),), VerifiedStep(), terminated=True)
 
     def _tested(self, answer: str, verifier: TestsVerifier) -> Program[float]:
         grading = Grading(
@@ -214,7 +188,7 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
             raise InfraError(f"row {self._row.id}: its tests ran past {verifier.timeout_s:g} s")
         return 1.0 if graded.exit_code == 0 else 0.0
 
-    def _turn(self, action: str) -> Turn[DatasetStep]:
+    def _turn(self, action: str) -> Turn[VerifiedStep]:
         turn = super()._turn(action)
         if self._pending is not None:
             answer, self._pending = self._pending, None
@@ -222,7 +196,7 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
             self._score = self.judge.score(self._row.prompt, answer, self._row.answer)
         return turn
 
-    async def _aturn(self, action: str) -> Turn[DatasetStep]:
+    async def _aturn(self, action: str) -> Turn[VerifiedStep]:
         turn = await super()._aturn(action)
         if self._pending is not None:
             answer, self._pending = self._pending, None
@@ -230,11 +204,11 @@ class DatasetEnv(SandboxEnv[DatasetStep, DatasetEpisode]):
             self._score = await self.judge.ascore(self._row.prompt, answer, self._row.answer)
         return turn
 
-    def _rejected(self, error: str) -> DatasetStep:
-        return DatasetStep(valid=False)
+    def _rejected(self, error: str) -> VerifiedStep:
+        return VerifiedStep(valid=False)
 
-    def _episode(self) -> DatasetEpisode:
-        return DatasetEpisode(self._score)
+    def _episode(self) -> VerifiedEpisode:
+        return VerifiedEpisode(self._score)
 
 
 def _required(value: str | None) -> str:

@@ -26,13 +26,12 @@ is gone. ``max_episode_steps`` of the registration (50) is the runner's cap and 
 without grading; the task's own limits end the episode graded, as Harbor does.
 
 Reward: the verifier's number on the last step; a rejected message costs
-``invalid_penalty`` (``HarborStepReward``).
+``invalid_penalty`` (``VerifiedStepReward``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from rollgym.envs.messages import clip_text, system, user
 from rollgym.envs.parsing import code_blocks, extract_code
 from rollgym.envs.programs import Program, RunShell, grade
 from rollgym.envs.sandboxed import SandboxEnv, SandboxOptions
+from rollgym.envs.verified import VerifiedEpisode, VerifiedStep, VerifiedStepReward, VerifierScore
 from rollgym.sandboxes.base import WORK_DIR, Grading, SandboxPool
 from rollgym.sandboxes.config import SandboxConfig
 
@@ -65,36 +65,6 @@ REWARD_JSON = "/logs/verifier/reward.json"
 REWARD_TXT = "/logs/verifier/reward.txt"
 GRADE_COMMAND = "mkdir -p /logs/verifier /logs/agent && /tests/test.sh"
 MIN_COMMAND_S = 0.5
-
-
-@dataclasses.dataclass(frozen=True)
-class HarborStep:
-    """One message: whether it was valid."""
-
-    valid: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class HarborEpisode:
-    """What the terminal reward sees: the verifier's reward."""
-
-    reward: float
-
-
-@dataclasses.dataclass(frozen=True)
-class HarborStepReward:
-    invalid_penalty: float = 0.05
-
-    def __call__(self, step: HarborStep) -> float:
-        return 0.0 if step.valid else -self.invalid_penalty
-
-
-@dataclasses.dataclass(frozen=True)
-class VerifierReward:
-    """The task's verifier's reward, as its tests wrote it."""
-
-    def __call__(self, episode: HarborEpisode) -> float:
-        return episode.reward
 
 
 def task_box(task: HarborTask, image: str, base: SandboxConfig) -> SandboxConfig:
@@ -122,7 +92,7 @@ def task_box(task: HarborTask, image: str, base: SandboxConfig) -> SandboxConfig
         raise TaskFormatError(f"task {task.name}: its box cannot be made: {exc}") from exc
 
 
-class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
+class HarborEnv(SandboxEnv[VerifiedStep, VerifiedEpisode]):
     """Harbor tasks in their own images; see the module docstring.
 
     ``tasks_dir``: a folder of task directories, or one task directory; ``task`` keeps
@@ -139,13 +109,13 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
         box: dict[str, Any] | None = None,
         max_turns: int = 20,
         max_verifier_s: float = 600.0,
-        step_reward: Callable[[HarborStep], float] | None = None,
-        terminal_reward: Callable[[HarborEpisode], float] | None = None,
+        step_reward: Callable[[VerifiedStep], float] | None = None,
+        terminal_reward: Callable[[VerifiedEpisode], float] | None = None,
         **options: Unpack[SandboxOptions],
     ):
         super().__init__(
-            step_reward=step_reward or HarborStepReward(),
-            terminal_reward=terminal_reward or VerifierReward(),
+            step_reward=step_reward or VerifiedStepReward(),
+            terminal_reward=terminal_reward or VerifierScore(),
             sandbox_pool=sandbox_pool,
             **options,
         )
@@ -215,16 +185,16 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
         yield from ()  # the box starts with the task's files: nothing to set up
         return Opening(self._task.name, (system(SYSTEM_PROMPT), user(self._task.instruction)))
 
-    def _turn_program(self, action: str) -> Program[Turn[HarborStep]]:
+    def _turn_program(self, action: str) -> Program[Turn[VerifiedStep]]:
         try:
             return (yield from self._act(action))
         except ActionError as exc:
             if self._used_up() is None:
                 raise
             error = str(exc)  # a rejected last message: the task's tests still decide
-            return (yield from self._graded(error, HarborStep(valid=False), error))
+            return (yield from self._graded(error, VerifiedStep(valid=False), error))
 
-    def _act(self, action: str) -> Program[Turn[HarborStep]]:
+    def _act(self, action: str) -> Program[Turn[VerifiedStep]]:
         done = DONE.search(action) is not None
         if done and code_blocks(action):
             raise ActionError("Either run one ```bash block or reply <done/>, not both.")
@@ -246,14 +216,14 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
             error = f"the command exited with code {run.result.exit_code}"
         return Turn(
             (user(clip_text(feedback, self.max_feedback_chars + 100)),),
-            HarborStep(),
+            VerifiedStep(),
             failure="task" if error else None,
             error=error,
         )
 
     def _graded(
-        self, before: str, step: HarborStep | None = None, error: str | None = None
-    ) -> Program[Turn[HarborStep]]:
+        self, before: str, step: VerifiedStep | None = None, error: str | None = None
+    ) -> Program[Turn[VerifiedStep]]:
         """Run the task's tests as the verifier; the episode ends with their reward."""
         grading = Grading(
             command=GRADE_COMMAND,
@@ -283,7 +253,7 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
         text = clip_text(before, self.max_feedback_chars + 100)
         return Turn(
             (user(f"{text}\nThe task's tests ran: reward {self._reward:g}."),),
-            step or HarborStep(),
+            step or VerifiedStep(),
             terminated=True,
             failure="task" if error else None,
             error=error,
@@ -303,8 +273,8 @@ class HarborEnv(SandboxEnv[HarborStep, HarborEpisode]):
             return f"time ({limit:g} s)"
         return None
 
-    def _rejected(self, error: str) -> HarborStep:
-        return HarborStep(valid=False)
+    def _rejected(self, error: str) -> VerifiedStep:
+        return VerifiedStep(valid=False)
 
-    def _episode(self) -> HarborEpisode:
-        return HarborEpisode(self._reward)
+    def _episode(self) -> VerifiedEpisode:
+        return VerifiedEpisode(self._reward)

@@ -16,5 +16,6 @@ on it without pulling in vLLM, Docker or TRL:
   reads;
 * ``staleness``: the staleness window's rule and capacity, the only place it is written;
 * ``paths``: where rollgym keeps its data (``$ROLLGYM_HOME``); ``precision``: the precision
-  red line's verdict.
+  red line's verdict;
+* ``metrics``: the metrics sink that the boxes and the engine report to.
 """

@@ -68,8 +68,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class PrometheusSink:
-    """A metrics sink (``sandboxes.metrics.MetricsSink``, ``engine.metrics.MetricsSink``: one
-    shape) onto Prometheus: every metric a package declares in its ``timings`` and
+    """The metrics sink (``contract.metrics.MetricsSink``, the boxes' and the engine's)
+    onto Prometheus: every metric a package declares in its ``timings`` and
     ``counts`` is registered; anything else is ignored."""
 
     def __init__(
