@@ -190,7 +190,11 @@ class PoolCore(Leases):
                 if failed():
                     raise SandboxError(f"a sandbox failed to start: {self._last_error}")
                 if not self._changed.wait(deadline - time.monotonic()):
-                    raise SandboxError(f"the pool did not warm up in time: {self.status()}")
+                    break
+            else:
+                return
+        # status() outside the lock: ImagePool's takes it, and it is not reentrant
+        raise SandboxError(f"the pool did not warm up in time: {self.status()}")
 
     def __enter__(self) -> Self:
         self.start()

@@ -178,3 +178,23 @@ def test_the_server_makes_one_pool_of_many_images_when_max_boxes_is_set() -> Non
     assert isinstance(_docker_pool(SandboxSettings(pool_size=2), NullMetrics()), DockerSandboxPool)
     with pytest.raises(ValueError, match="do not fit in max_boxes"):
         SandboxSettings(pool_size=4, max_boxes=2)
+
+
+class SlowProvider(HostProcessProvider):
+    """Boxes that take longer to start than the pool waits for its warm-up."""
+
+    def start_box(self):  # type: ignore[no-untyped-def]
+        time.sleep(1.5)
+        return super().start_box()
+
+
+def test_a_warm_up_past_its_time_is_an_error_that_names_the_pool_state() -> None:
+    config = ImagePoolConfig(
+        health_interval_s=0, warm_default=1, box=SandboxConfig(start_timeout_s=0.2)
+    )
+    pool = ImagePool(lambda pc: SlowProvider(pc.box), config)
+    started = time.monotonic()
+    with pytest.raises(SandboxError, match="did not warm up in time"):
+        pool.start()  # a status() under the pool's own lock used to hang here
+    assert time.monotonic() - started < 10
+    pool.close()
