@@ -69,6 +69,19 @@ class TaskConfig(BaseModel):
         description="the server's warm pool of boxes for sandboxed envs (0: none); an "
         "episode holds one from its reset to its end",
     )
+    max_boxes: int = Field(
+        0,
+        ge=0,
+        description="for envs whose tasks bring their own images (harbor/...): the cap on "
+        "boxes of all images at once, warm per image (0: the default image only)",
+    )
+
+    def sandbox_settings(self) -> dict[str, str]:
+        """The server settings (environment variables) of the boxes the task needs."""
+        return {
+            "ROLLGYM_SANDBOXES__POOL_SIZE": str(self.sandboxes),
+            "ROLLGYM_SANDBOXES__MAX_BOXES": str(self.max_boxes),
+        }
 
 
 def _default_trainer() -> TrainerConfig:
@@ -385,7 +398,7 @@ def _rollout_server(
             client.wait_until_ready(config.server_wait_s)
         yield client_config
         return
-    settings = {"ROLLGYM_SANDBOXES__POOL_SIZE": str(config.task.sandboxes)}
+    settings = config.task.sandbox_settings()
     if config.servers > 1:
         printer(f"[2/5] starting {config.servers} rollout servers on Ray behind a router")
         with ClusterProcess(

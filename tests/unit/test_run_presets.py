@@ -122,3 +122,12 @@ def test_a_warm_start_for_another_task_is_refused_with_what_to_change(tmp_path, 
     file.write_text(json.dumps(layer))
     with pytest.raises(TrainerConfigError, match=message):
         config_of("--config", str(file))
+
+
+def test_a_task_of_many_images_asks_its_server_for_boxes_of_any_image(tmp_path) -> None:
+    file = tmp_path / "harbor.json"
+    task = {"env_id": "harbor/Tasks-v0", "env_kwargs": {"tasks_dir": "t"}, "max_boxes": 8}
+    file.write_text(json.dumps({"task": task, "warmstart": None}))
+    settings = config_of("--config", str(file)).task.sandbox_settings()
+    assert settings == {"ROLLGYM_SANDBOXES__POOL_SIZE": "0", "ROLLGYM_SANDBOXES__MAX_BOXES": "8"}
+    assert RunConfig().task.sandbox_settings()["ROLLGYM_SANDBOXES__MAX_BOXES"] == "0"
