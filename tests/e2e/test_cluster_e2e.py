@@ -213,7 +213,8 @@ def test_rollgym_run_with_two_servers(tmp_path) -> None:
     config = {
         "run_dir": str(tmp_path / "run"),
         "servers": 2,
-        "warmstart": {"oracle_episodes": 24, "imperfect_episodes": 8, "drill_episodes": 8, "epochs": 1.0},
+        "warmstart": {"demos": {"kind": "guess", "oracle_episodes": 24, "imperfect_episodes": 8,
+                                "drill_episodes": 8}, "epochs": 1.0},
         "trainer": {"output_dir": "grpo", "group_size": 4, "groups_per_batch": 2,
                     "total_steps": 2, "max_staleness": 1},
         "eval_episodes": 8,
