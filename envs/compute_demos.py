@@ -11,8 +11,8 @@ policy that uses the tool about half the time, whose reward says the tool pays
 its call, or a call's output and the answer. Copying digits from one place of the context
 to another is what the task needs and what a model trained from random weights lacks. On
 these 60-110-token drills the default model learned both copies in one run of 600
-optimizer steps (call 28/30, answer 25/30), and in none of five others (two seeds, other
-rates and TRL's trainer: docs/training.md); 190 steps of the task's 250-token
+optimizer steps (call 28/30, answer 25/30), and in none of eight others (other seeds and
+rates, and TRL's trainer: docs/training.md); 190 steps of the task's 250-token
 conversations taught it the format and no copying at all. A drill's call is context only
 (weight 0) when the drill teaches the answer. The warm start trains the drills first, then
 the conversations (``rollgym.run.warmstart``).
