@@ -51,7 +51,7 @@ class ComputeDemos(BaseModel):
         "trained first: 600 steps of 32",
     )
     drill_learning_rate: float = Field(
-        2e-3, gt=0, description="the drills' learning rate, constant after a short warm-up"
+        2e-3, gt=0, description="the drills' peak learning rate (cosine, after a 5% warm-up)"
     )
     env_kwargs: dict[str, Any] | None = Field(
         None, description="the task's kinds, digits, numbers; None: the run's task's"

@@ -42,7 +42,7 @@ def _compute() -> Values:
         "run_dir": str(paths.runs_dir() / "compute"),
         # a call and its answer fit 64 tokens; one box per episode a group batch plays
         "task": {"env_id": COMPUTE_ID, "env_kwargs": {}, "max_tokens": 64, "sandboxes": 32},
-        # unclipped, a constant rate for the drills, then the conversations (docs/training.md)
+        # unclipped: the drills at their own rate, then the conversations (docs/training.md)
         "warmstart": {
             "demos": {"kind": "compute"},
             "epochs": 1.0,

@@ -152,8 +152,8 @@ def warm_start(
     """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent).
 
     Two phases where the demonstrations have drills (``rollgym.run.demos``): the drills at
-    their own constant learning rate, then the conversations at ``learning_rate`` on a
-    cosine schedule. ``printer`` gets a progress line at every TRL log step.
+    their own peak learning rate, then the conversations at ``learning_rate``, each on a
+    cosine schedule after a 5% warm-up. ``printer`` gets a progress line at every TRL log step.
     """
     if is_warm(out_dir, config):
         return out_dir
@@ -165,10 +165,9 @@ def warm_start(
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
     codec = ChatCodec(tokenizer)
     phases = [
-        Phase("drills", drill_examples(config, codec), config.demos.drill_learning_rate,
-              "cosine", 1.0),
-        Phase("SFT", sft_examples(config, codec), config.learning_rate, "cosine", config.epochs),
-    ]  # fmt: skip
+        Phase("drills", drill_examples(config, codec), config.demos.drill_learning_rate, 1.0),
+        Phase("SFT", sft_examples(config, codec), config.learning_rate, config.epochs),
+    ]
     for phase in phases:
         if phase.examples:
             _train(model, tokenizer, phase, config, work_dir, printer)
@@ -183,12 +182,11 @@ def warm_start(
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """One SFT pass: its examples and its optimisation."""
+    """One SFT pass: its examples, its peak learning rate (cosine) and its epochs."""
 
     name: str
     examples: list[dict[str, list[int]]]
     learning_rate: float
-    schedule: str
     epochs: float
 
 
@@ -221,7 +219,7 @@ def _train(
         per_device_train_batch_size=config.batch_size,
         learning_rate=phase.learning_rate,
         max_grad_norm=config.max_grad_norm or 0.0,
-        lr_scheduler_type=phase.schedule,
+        lr_scheduler_type="cosine",
         warmup_steps=0.05,
         max_length=512,
         save_strategy="no",
