@@ -14,13 +14,13 @@ import docker
 from rollgym.sandboxes.agent.identity import User
 from rollgym.sandboxes.base import SandboxError
 from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+from rollgym.sandboxes.docker.engine import docker_errors
 from rollgym.sandboxes.docker.owner import Owner, process_start_ticks
 from rollgym.sandboxes.docker.provider import (
     BOX_AGENT_DIR,
     BOX_RUNTIME_DIR,
     DockerProvider,
     container_spec,
-    docker_errors,
 )
 
 HOST = User(4321, 4322)
