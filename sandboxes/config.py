@@ -56,6 +56,12 @@ class SandboxConfig(BaseModel):
         description="the cores the box may run on, as Docker's --cpuset-cpus ('1', '0-3,6'); "
         "default: any",
     )
+    oci_runtime: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="the engine's OCI runtime for the box (Docker's --runtime: 'runsc' for "
+        "gVisor, 'kata' for Kata Containers, once the engine has it); default: the engine's",
+    )
     pids_limit: int = Field(128, ge=16, description="processes and threads in the box")
     uid: int = Field(61000, ge=1, description="the agent's user: commands run as it")
     gid: int = Field(61000, ge=1, description="the agent's group (the verifier's too)")

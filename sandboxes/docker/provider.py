@@ -154,6 +154,7 @@ def _spec(
         "memswap_limit": f"{config.memory_mb}m",  # the same figure: no swap on top
         "nano_cpus": int(config.cpus * 1e9),
         "cpuset_cpus": config.cpuset,
+        "runtime": config.oci_runtime,
         "pids_limit": config.pids_limit,
         "init": True,
         "auto_remove": True,  # a box that ends itself leaves nothing behind

@@ -18,7 +18,7 @@ import pytest
 from docker.tls import TLSConfig
 
 import docker
-from rollgym.sandboxes.config import ImagePoolConfig, PoolConfig, RemoteHost
+from rollgym.sandboxes.config import ImagePoolConfig, PoolConfig, RemoteHost, SandboxConfig
 from rollgym.sandboxes.docker import DockerImagePool, DockerSandboxPool
 from rollgym.sandboxes.docker.engine import engine_client
 from rollgym.sandboxes.docker.provider import LABEL, LABEL_POOL
@@ -112,3 +112,15 @@ def test_the_servers_settings_choose_the_remote_backend(remote_docker_host: Remo
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["remote", "served"]
+
+
+def test_a_named_oci_runtime_runs_the_box(
+    remote_docker_host: RemoteHost, remote_client: docker.DockerClient
+) -> None:
+    # runc named explicitly (gVisor's runsc is not installed here): the field reaches the engine.
+    box_config = SandboxConfig(oci_runtime="runc")
+    config = PoolConfig(size=1, remote=remote_docker_host, box=box_config, **QUIET)
+    with DockerSandboxPool(config) as pool, pool.sandbox() as box:
+        assert box.run_shell("echo ok").stdout == "ok\n"
+        container = remote_client.containers.get(f"rollgym-sbx-{box.id}")
+        assert container.attrs["HostConfig"]["Runtime"] == "runc"

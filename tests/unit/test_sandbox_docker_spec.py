@@ -75,6 +75,13 @@ def test_only_the_socket_folder_is_writable_and_the_executor_is_read_only() -> N
     assert mounts[BOX_AGENT_DIR]["Source"] == "/rt/agent" and mounts[BOX_AGENT_DIR]["ReadOnly"]
 
 
+def test_the_oci_runtime_is_the_engines_unless_named() -> None:
+    assert spec()["runtime"] is None
+    assert spec(oci_runtime="runsc")["runtime"] == "runsc"  # gVisor, where the engine has it
+    with pytest.raises(ValueError, match="oci_runtime"):
+        SandboxConfig(oci_runtime="--privileged")
+
+
 def test_a_network_only_when_configured() -> None:
     assert spec(network="bridge")["network_mode"] == "bridge"
 
