@@ -43,6 +43,14 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
             "--url", help="the router (default http://127.0.0.1:$ROLLGYM_CLUSTER__PORT or 8000)"
         )
         command.set_defaults(handler=handler)
+    scale = cluster.add_parser(
+        "scale", help="add or remove servers while the cluster runs (the last ones leave)"
+    )
+    scale.add_argument("servers", type=int, help="how many servers the cluster should have")
+    scale.add_argument(
+        "--url", help="the router (default http://127.0.0.1:$ROLLGYM_CLUSTER__PORT or 8000)"
+    )
+    scale.set_defaults(handler=_scale)
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -110,6 +118,27 @@ def _status(args: argparse.Namespace) -> int:
         return 1
     if answer.status_code != 200:
         print(f"rollgym cluster status: {answer.status_code} {answer.text}")
+        return 1
+    print(ClusterStatus.model_validate_json(answer.content).table())
+    return 0
+
+
+def _scale(args: argparse.Namespace, timeout_s: float = 3600.0) -> int:
+    """Ask the router for ``args.servers`` servers; it answers once they are up or gone (a
+    server leaving drains first: up to the cluster's drain_timeout_s)."""
+    import httpx
+
+    from rollgym.cluster.status import SCALE, ClusterStatus
+
+    url = _url(args)
+    body = {"servers": args.servers}
+    try:
+        answer = httpx.post(url + SCALE.path, json=body, headers=_headers(), timeout=timeout_s)
+    except httpx.TransportError as exc:
+        print(f"rollgym cluster scale: no router answers at {url} ({exc})")
+        return 1
+    if answer.status_code != 200:
+        print(f"rollgym cluster scale: {answer.status_code} {answer.text}")
         return 1
     print(ClusterStatus.model_validate_json(answer.content).table())
     return 0
