@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollgym.contract.api import Route
 
 
 def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
@@ -107,38 +110,37 @@ def _headers() -> dict[str, str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import httpx
+    from rollgym.cluster.status import STATUS
 
-    from rollgym.cluster.status import STATUS, ClusterStatus
-
-    try:
-        answer = httpx.get(_url(args) + STATUS.path, headers=_headers(), timeout=10)
-    except httpx.TransportError as exc:
-        print(f"rollgym cluster status: no router answers at {_url(args)} ({exc})")
-        return 1
-    if answer.status_code != 200:
-        print(f"rollgym cluster status: {answer.status_code} {answer.text}")
-        return 1
-    print(ClusterStatus.model_validate_json(answer.content).table())
-    return 0
+    return _print_status(args, "status", STATUS, None, timeout_s=10)
 
 
-def _scale(args: argparse.Namespace, timeout_s: float = 3600.0) -> int:
+def _scale(args: argparse.Namespace) -> int:
     """Ask the router for ``args.servers`` servers; it answers once they are up or gone (a
     server leaving drains first: up to the cluster's drain_timeout_s)."""
+    from rollgym.cluster.status import SCALE
+
+    return _print_status(args, "scale", SCALE, {"servers": args.servers}, timeout_s=3600)
+
+
+def _print_status(
+    args: argparse.Namespace, command: str, route: Route, body: object, timeout_s: float
+) -> int:
+    """Call one of the router's status routes and print the cluster's table."""
     import httpx
 
-    from rollgym.cluster.status import SCALE, ClusterStatus
+    from rollgym.cluster.status import ClusterStatus
 
     url = _url(args)
-    body = {"servers": args.servers}
     try:
-        answer = httpx.post(url + SCALE.path, json=body, headers=_headers(), timeout=timeout_s)
+        answer = httpx.request(
+            route.method, url + route.path, json=body, headers=_headers(), timeout=timeout_s
+        )
     except httpx.TransportError as exc:
-        print(f"rollgym cluster scale: no router answers at {url} ({exc})")
+        print(f"rollgym cluster {command}: no router answers at {url} ({exc})")
         return 1
     if answer.status_code != 200:
-        print(f"rollgym cluster scale: {answer.status_code} {answer.text}")
+        print(f"rollgym cluster {command}: {answer.status_code} {answer.text}")
         return 1
     print(ClusterStatus.model_validate_json(answer.content).table())
     return 0

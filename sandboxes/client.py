@@ -46,7 +46,10 @@ class TransportError(Exception):
 class Relay(Protocol):
     """A way to a box's sockets other than this host's file system."""
 
-    calls: Executor  # where async calls wait on a relayed stream
+    @property
+    def calls(self) -> Executor:
+        """Where async calls wait on a relayed stream."""
+        ...
 
     def open(self, socket_path: str, deadline_s: float) -> Any:
         """A connected stream (``sendall``, ``recv``, ``settimeout``, ``close``) to

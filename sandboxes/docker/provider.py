@@ -263,12 +263,12 @@ class DockerProvider:
     def start_box(self) -> ExecutorSandbox:
         box_id = f"{self.pool_id}-{next(self._names):03d}"
         remote = self.config.remote
+        box_dir: Path | None = None
         if remote is None:
-            box_dir: Path | None = self.runtime_dir / box_id
-            box_dir.mkdir(mode=0o700)  # ours alone: the executor acts as us to make its sockets
-            spec = container_spec(self.config.box, box_dir, self.runtime_dir / "agent", self.host)
+            folder = box_dir = self.runtime_dir / box_id
+            folder.mkdir(mode=0o700)  # ours alone: the executor acts as us to make its sockets
+            spec = container_spec(self.config.box, folder, self.runtime_dir / "agent", self.host)
         else:
-            box_dir = None
             relay = User(remote.relay_uid, remote.relay_uid)
             spec = relayed_spec(self.config.box, self.agent_volume, relay)
         try:
