@@ -2,6 +2,9 @@
 
     .venv/bin/python -m bench.sandboxes [--sizes 1,8,32] [--seconds 3]
     .venv/bin/python -m bench.sandboxes --images     the pool of many images (bench.image_pool)
+    .venv/bin/python -m bench.sandboxes --remote-url tcp://HOST:PORT --remote-cert-dir DIR
+                                                     a remote Docker host vs this one
+                                                     (bench.remote_host)
 
 Per-turn latency (p50/p90/p99) and total turns/s at each number of concurrent boxes, for
 ``docker exec <box> true`` (through the Docker SDK, as a naive env would) and for our
@@ -29,7 +32,7 @@ from pathlib import Path
 import uvloop
 
 import docker
-from bench import image_pool
+from bench import image_pool, remote_host
 from rollgym.sandboxes.base import Check, Sandbox
 from rollgym.sandboxes.config import PoolConfig, SandboxConfig
 from rollgym.sandboxes.docker import DockerSandboxPool
@@ -212,6 +215,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--images", action="store_true", help="only the row of many images (bench.image_pool)"
     )
     image_pool.add_arguments(parser)
+    remote_host.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -358,8 +362,8 @@ def report(r: Results) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()} at start (shared)")
-    if args.images:
-        image_pool.main(args)
+    if args.images or args.remote_url:
+        (image_pool if args.images else remote_host).main(args)
         print(f"\nload average {os.getloadavg()} at end")
         return
     print(f"async calls on {args.loop}\n")

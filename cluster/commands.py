@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollgym.contract.api import Route
 
 
 def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
@@ -43,6 +46,14 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
             "--url", help="the router (default http://127.0.0.1:$ROLLGYM_CLUSTER__PORT or 8000)"
         )
         command.set_defaults(handler=handler)
+    scale = cluster.add_parser(
+        "scale", help="add or remove servers while the cluster runs (the last ones leave)"
+    )
+    scale.add_argument("servers", type=int, help="how many servers the cluster should have")
+    scale.add_argument(
+        "--url", help="the router (default http://127.0.0.1:$ROLLGYM_CLUSTER__PORT or 8000)"
+    )
+    scale.set_defaults(handler=_scale)
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,17 +110,37 @@ def _headers() -> dict[str, str]:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from rollgym.cluster.status import STATUS
+
+    return _print_status(args, "status", STATUS, None, timeout_s=10)
+
+
+def _scale(args: argparse.Namespace) -> int:
+    """Ask the router for ``args.servers`` servers; it answers once they are up or gone (a
+    server leaving drains first: up to the cluster's drain_timeout_s)."""
+    from rollgym.cluster.status import SCALE
+
+    return _print_status(args, "scale", SCALE, {"servers": args.servers}, timeout_s=3600)
+
+
+def _print_status(
+    args: argparse.Namespace, command: str, route: Route, body: object, timeout_s: float
+) -> int:
+    """Call one of the router's status routes and print the cluster's table."""
     import httpx
 
-    from rollgym.cluster.status import STATUS, ClusterStatus
+    from rollgym.cluster.status import ClusterStatus
 
+    url = _url(args)
     try:
-        answer = httpx.get(_url(args) + STATUS.path, headers=_headers(), timeout=10)
+        answer = httpx.request(
+            route.method, url + route.path, json=body, headers=_headers(), timeout=timeout_s
+        )
     except httpx.TransportError as exc:
-        print(f"rollgym cluster status: no router answers at {_url(args)} ({exc})")
+        print(f"rollgym cluster {command}: no router answers at {url} ({exc})")
         return 1
     if answer.status_code != 200:
-        print(f"rollgym cluster status: {answer.status_code} {answer.text}")
+        print(f"rollgym cluster {command}: {answer.status_code} {answer.text}")
         return 1
     print(ClusterStatus.model_validate_json(answer.content).table())
     return 0

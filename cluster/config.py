@@ -29,6 +29,19 @@ class ClusterConfig(BaseSettings):
     )
 
     servers: int = Field(2, ge=1, le=256, description="rollout servers, one engine each")
+    max_servers: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="the most servers `cluster scale` may reach (a local Ray is sized for "
+        "them); default: servers",
+    )
+    drain_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="a server being removed waits this long for its sessions to close and "
+        "its buffer to be pulled and acked; then its open sessions are lost",
+    )
     ray_address: str | None = Field(
         None, description="an existing Ray cluster (ray.init address); default: start a local one"
     )
@@ -62,6 +75,10 @@ class ClusterConfig(BaseSettings):
     health_interval_s: float = Field(1.0, gt=0, description="how often servers are checked")
     start_timeout_s: float = Field(900.0, gt=0, description="a server's start, restart included")
     request_timeout_s: float = Field(600.0, gt=0, description="a call forwarded to a server")
+
+    @property
+    def servers_limit(self) -> int:
+        return max(self.servers, self.max_servers or self.servers)
 
     def server_dir(self, slot: int) -> Path:
         return self.data_dir / f"server-{slot}"

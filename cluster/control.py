@@ -15,6 +15,16 @@
   once every server in rotation applied it; one that failed is recovered like a dead one.
   Updates and recoveries take one lock, so a rejoining server catches up to a version
   that no update is halfway through.
+* **Scale** (``scale``, ``rollgym cluster scale N``). A new server comes up, catches up to
+  the cluster's version under the same lock and only then joins the rotation; the job is
+  split again over the rotation. A server removed (the last ones first) leaves the
+  rotation at once and is ``draining``: its rollout job stops after the episodes in
+  flight (they finish into its buffer), its open sessions go on, its buffer is pulled by
+  the trainer and its leases acked through the router; once all of that is done, or
+  after ``drain_timeout_s``, its remaining sessions are lost (their calls get
+  ``server_lost``: "removed from the cluster"), Ray stops it, and it is gone. Groups still
+  in its buffer at the time out stay in its data dir (durable) and come back with the
+  slot when the cluster grows again; acks for its leases are kept for that day.
 """
 
 from __future__ import annotations
@@ -27,7 +37,13 @@ from collections.abc import Awaitable, Callable
 
 from rollgym.cluster.actor import Whereabouts
 from rollgym.cluster.config import ClusterConfig
-from rollgym.cluster.errors import ClusterError, FanoutFailed, ServerAnswered, ServerUnreachable
+from rollgym.cluster.errors import (
+    ClusterError,
+    FanoutFailed,
+    InvalidRequest,
+    ServerAnswered,
+    ServerUnreachable,
+)
 from rollgym.cluster.fleet import Fleet, Slot, SlotState
 from rollgym.cluster.servers import ServerAPI
 from rollgym.cluster.status import ClusterStatus, ServerStatus
@@ -47,6 +63,7 @@ from rollgym.contract.wire import (
 logger = logging.getLogger(__name__)
 Connect = Callable[[str], ServerAPI]
 _HEALTHY_POLL_S = 0.5
+_DRAIN_POLL_S = 0.2
 
 
 class ControlPlane:
@@ -64,6 +81,7 @@ class ControlPlane:
         self.version = 0
         self._lock = asyncio.Lock()  # weight updates and catch-ups, one at a time
         self._recoveries: dict[int, asyncio.Task[None]] = {}
+        self._scaling = asyncio.Lock()  # one scale at a time
         self._monitor: asyncio.Task[None] | None = None
         self._closed = False
         self.on_fanout: Callable[[float], None] = lambda seconds: None
@@ -185,8 +203,8 @@ class ControlPlane:
 
     def evict(self, slot: Slot, reason: str, *, restart: bool = False) -> None:
         """Take ``slot`` out of rotation now and recover it in the background."""
-        if slot.state in (SlotState.RECOVERING, SlotState.FAILED):
-            return
+        if slot.state in (SlotState.RECOVERING, SlotState.FAILED, SlotState.DRAINING):
+            return  # a draining one is being removed: not brought back
         lost = self.fleet.sessions.lose(slot.name)
         groups = self.fleet.groups.lose(slot.name)
         logger.warning(
@@ -222,6 +240,79 @@ class ControlPlane:
         async with self._lock:
             await self._join(slot)
         logger.info("server %s rejoined at version %s", slot.name, slot.version)
+
+    # --- scaling ---------------------------------------------------------------------------
+
+    async def scale(self, servers: int) -> ClusterStatus:
+        """Add or remove servers until there are ``servers`` (see the module docstring)."""
+        limit = self.config.servers_limit
+        if not 1 <= servers <= limit:
+            raise InvalidRequest(
+                f"servers must be 1 to {limit} (max_servers); got {servers}: a local Ray was "
+                "sized for max_servers, so raise ROLLGYM_CLUSTER__MAX_SERVERS at `cluster up`"
+            )
+        async with self._scaling:
+            slots = self.fleet.slots
+            while len(slots) < servers:
+                await self._add(Slot(len(slots)))
+            while len(slots) > servers:
+                await self._remove(slots[-1])
+        return self.status()
+
+    async def _add(self, slot: Slot) -> None:
+        slot.pending_acks = self.fleet.retired_acks.pop(slot.name, set())
+        self.fleet.slots.append(slot)  # starting: no traffic until it has caught up
+        await self.supervisor.add(slot.index)
+        await self._come_up(slot)
+        async with self._lock:
+            await self._join(slot)
+        await self._reshare()
+        logger.info("server %s added at version %s (%s)", slot.name, slot.version, slot.state)
+
+    async def _remove(self, slot: Slot) -> None:
+        was_serving = slot.serving
+        slot.state, slot.reason = SlotState.DRAINING, "being removed: draining"
+        slot.episodes = 0
+        await self._reshare()
+        if was_serving and slot.api is not None:
+            with contextlib.suppress(ClusterError):
+                await slot.api.stop_rollouts(drain=True)  # its episodes finish into its buffer
+            await self._drain(slot, time.monotonic() + self.config.drain_timeout_s)
+        lost = self.fleet.sessions.lose(slot.name)
+        self.fleet.groups.lose(slot.name)
+        if slot.pending_acks:
+            self.fleet.retired_acks[slot.name] = set(slot.pending_acks)
+        await self.supervisor.remove(slot.index, timeout_s=60.0)
+        if slot.api is not None:
+            await slot.api.close()
+        self.fleet.slots.pop()
+        logger.info("server %s removed; %d open sessions were lost", slot.name, lost)
+
+    async def _drain(self, slot: Slot, deadline: float) -> None:
+        """Wait until ``slot`` holds nothing: no session, no episode, no group buffered or
+        leased; or until ``deadline``, or until it stops answering."""
+        assert slot.api is not None
+        while time.monotonic() < deadline:
+            try:
+                rollouts = await slot.api.rollouts()
+            except ClusterError:
+                return  # gone: what it buffered is in its data dir
+            held = (
+                self.fleet.sessions.open_on(slot.name)
+                + rollouts.in_flight
+                + rollouts.buffered_groups
+                + self.work.leased_from(slot.name)
+            )
+            if held == 0:
+                return
+            await asyncio.sleep(_DRAIN_POLL_S)
+        logger.warning("server %s did not drain in time; removing it anyway", slot.name)
+
+    async def _reshare(self) -> None:
+        """Split the job again over the rotation (a server came or is leaving)."""
+        if self.work.job is not None:
+            with contextlib.suppress(ClusterError):
+                await self.work.start(self.work.job)
 
     # --- weights ---------------------------------------------------------------------------
 

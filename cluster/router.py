@@ -15,7 +15,7 @@ Agents, the trainer and the dashboard use it exactly as they use ``rollgym serve
 | ``/admin/rollouts`` | every server, each with its share of the budget (``cluster.work``) |
 | ``/admin/evaluations`` | the least-loaded server plays the whole evaluation (all serve one version) |
 | ``/admin/buffer/pull``, ``/ack`` | every server's buffer; acks to the owner |
-| ``/admin/cluster`` | the cluster's status; ``POST /admin/cluster/down`` stops everything |
+| ``/admin/cluster`` | the cluster's status; ``POST /admin/cluster/scale`` adds or removes servers, ``POST /admin/cluster/down`` stops everything |
 
 The routes are the server's own declarations (``rollgym.contract.api``; a test checks that
 the router answers every one of them) and the router's two (``cluster.status``). Every
@@ -49,7 +49,7 @@ from rollgym.cluster.fleet import Slot
 from rollgym.cluster.metrics import RouterMetrics
 from rollgym.cluster.routing import Owner, caller_of
 from rollgym.cluster.servers import HttpServer, Reply
-from rollgym.cluster.status import DOWN, STATUS, ClusterStatus
+from rollgym.cluster.status import DOWN, SCALE, STATUS, ClusterStatus, ScaleRequest
 from rollgym.cluster.supervisor import RaySupervisor, Supervisor
 from rollgym.cluster.weights import WeightStore
 from rollgym.contract import api
@@ -190,7 +190,7 @@ def _session_slot(cluster: Cluster, session_id: str) -> Slot:
             f"no session {session_id!r} on this cluster (closed, expired or never made)"
         )
     slot = cluster.control.fleet.by_name(place.server)
-    if place.owner is Owner.LOST or not slot.serving:
+    if place.owner is Owner.LOST or not slot.reachable:
         raise ServerLost(
             f"session {session_id!r} was on server {place.server}, which was lost: "
             "the episode is gone; start a new session"
@@ -268,7 +268,7 @@ def _group_slot(cluster: Cluster, name: Hashable, size: int) -> Slot:
         fleet.groups.reserve(name, slot.name, size)
         return slot
     slot = fleet.by_name(place.server)
-    if place.owner is Owner.LOST or not slot.serving:
+    if place.owner is Owner.LOST or not slot.reachable:
         fleet.groups.arrived(name)  # a turned-away member counts: G of them free the name
         raise ServerLost(
             f"this session's group has members on server {place.server}, which was lost: "
@@ -475,6 +475,12 @@ def _auth(cluster: Cluster) -> dict[str, str]:
 @declared(admin, STATUS)
 async def cluster_status(cluster: ClusterDep) -> ClusterStatus:
     return cluster.control.status()
+
+
+@declared(admin, SCALE)
+async def cluster_scale(body: ScaleRequest, cluster: ClusterDep) -> ClusterStatus:
+    """Add or remove servers (``ControlPlane.scale``); answers once they are up or gone."""
+    return await cluster.control.scale(body.servers)
 
 
 @declared(admin, DOWN)

@@ -1,19 +1,21 @@
 """``GET /admin/cluster``: the cluster as ``rollgym cluster status`` prints it.
 
-The router's own two routes, declared as the server's are (``rollgym.contract.api``):
-``STATUS`` reads the cluster, ``DOWN`` stops every server, Ray, then the router.
+The router's own routes, declared as the server's are (``rollgym.contract.api``):
+``STATUS`` reads the cluster, ``SCALE`` adds or removes servers (``rollgym cluster scale
+N``; it answers once they are up or gone), ``DOWN`` stops every server, Ray, then the
+router.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.api import Route
 
 
 class ServerStatus(BaseModel):
     name: str
-    state: str = Field(description="starting, serving, recovering or failed")
+    state: str = Field(description="starting, serving, recovering, failed or draining")
     url: str | None
     pid: int | None
     policy_version: int | None
@@ -52,5 +54,14 @@ def _num(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+class ScaleRequest(BaseModel):
+    """``POST /admin/cluster/scale``: how many servers the cluster should have."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: int = Field(ge=1, le=256, description="servers wanted; the last ones are removed")
+
+
 STATUS = Route("GET", "/admin/cluster", None, ClusterStatus, auth="admin")
+SCALE = Route("POST", "/admin/cluster/scale", ScaleRequest, ClusterStatus, auth="admin")
 DOWN = Route("POST", "/admin/cluster/down", None, ClusterStatus, auth="admin")

@@ -41,6 +41,14 @@ class Supervisor(Protocol):
 
     async def restart(self, slot: int) -> None: ...
 
+    async def add(self, slot: int) -> None:
+        """Start server ``slot``, the next one (``cluster scale``)."""
+        ...
+
+    async def remove(self, slot: int, timeout_s: float) -> None:
+        """Stop server ``slot``, the last one, for good (it is not restarted)."""
+        ...
+
     async def stop(self, timeout_s: float) -> None: ...
 
 
@@ -74,6 +82,7 @@ class RaySupervisor:
         self._environ = dict(os.environ if environ is None else environ)
         self._actors: list[Any] = []
         self._owns_ray = False
+        self._host: str | None = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self._start)
@@ -86,10 +95,10 @@ class RaySupervisor:
         if c.ray_address is not None:
             ray.init(address=c.ray_address, namespace=self.namespace, log_to_driver=False)
         else:
-            cpus = c.local_cpus or max(math.ceil(c.servers * c.cpus_per_server), 1)
+            cpus = c.local_cpus or max(math.ceil(c.servers_limit * c.cpus_per_server), 1)
             ray.init(
                 num_cpus=cpus,
-                num_gpus=math.ceil(c.servers * c.gpus_per_server),
+                num_gpus=math.ceil(c.servers_limit * c.gpus_per_server),
                 object_store_memory=c.object_store_mib << 20,
                 include_dashboard=False,
                 log_to_driver=False,
@@ -97,19 +106,34 @@ class RaySupervisor:
             )
             self._owns_ray = True
         # Locally, loopback; on a Ray cluster, each server listens on its own node's address.
-        host = c.server_host or ("127.0.0.1" if self._owns_ray else None)
-        remote = ray.remote(ServerHost)
+        self._host = c.server_host or ("127.0.0.1" if self._owns_ray else None)
         for slot in range(c.servers):
-            c.server_dir(slot).mkdir(parents=True, exist_ok=True)
-            options = {
-                "num_cpus": c.cpus_per_server,
-                "num_gpus": c.gpus_per_server,
-                "memory": int(c.memory_per_server_gib * (1 << 30)),
-                "max_restarts": c.max_restarts,
-                "max_task_retries": 0,  # a call a dying server took fails; it is not re-run
-                "runtime_env": {"env_vars": server_env(c, slot, self._environ)},
-            }
-            self._actors.append(remote.options(**options).remote(host))
+            self._spawn(slot)
+
+    def _spawn(self, slot: int) -> None:
+        import ray
+
+        c = self.config
+        c.server_dir(slot).mkdir(parents=True, exist_ok=True)
+        options = {
+            "num_cpus": c.cpus_per_server,
+            "num_gpus": c.gpus_per_server,
+            "memory": int(c.memory_per_server_gib * (1 << 30)),
+            "max_restarts": c.max_restarts,
+            "max_task_retries": 0,  # a call a dying server took fails; it is not re-run
+            "runtime_env": {"env_vars": server_env(c, slot, self._environ)},
+        }
+        self._actors.append(ray.remote(ServerHost).options(**options).remote(self._host))
+
+    async def add(self, slot: int) -> None:
+        if slot != len(self._actors):
+            raise ValueError(f"server {slot} is not the next one ({len(self._actors)})")
+        await asyncio.to_thread(self._spawn, slot)
+
+    async def remove(self, slot: int, timeout_s: float) -> None:
+        if slot != len(self._actors) - 1:
+            raise ValueError(f"server {slot} is not the last one ({len(self._actors) - 1})")
+        await asyncio.to_thread(_retire, self._actors.pop(), timeout_s)
 
     async def locate(self, slot: int, timeout_s: float) -> Whereabouts:
         """Ask the actor where it answers; retried while Ray restarts it, until ``timeout_s``."""
@@ -151,6 +175,16 @@ class RaySupervisor:
                 ray.kill(actor, no_restart=True)
             self._actors = []
             ray.shutdown()
+
+
+def _retire(actor: Any, timeout_s: float) -> None:
+    """Stop one server as ``stop`` stops them all, then end its actor for good."""
+    import ray
+
+    try:
+        ray.wait([actor.stop.remote(timeout_s)], timeout=timeout_s + 5)
+    finally:
+        ray.kill(actor, no_restart=True)
 
 
 def _restartable(exc: BaseException) -> bool:

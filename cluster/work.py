@@ -16,6 +16,8 @@
 * **Acks** go back to the server that leased the group. If that server is out of rotation,
   the ack is kept and delivered before the server serves again (its buffer reopened the
   lease), so a group it had leased is never handed out twice.
+* **Scaling.** A server that ``cluster scale`` is removing has no share (the others split
+  the job), but its buffer is still pulled and its acks delivered until it is drained.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import uuid
 from collections.abc import Sequence
 
 from rollgym.cluster.errors import ClusterError
-from rollgym.cluster.fleet import Fleet, Slot
+from rollgym.cluster.fleet import Fleet, Slot, SlotState
 from rollgym.cluster.routing import split_budget, split_seeds
 from rollgym.contract.wire import (
     PullRequest,
@@ -57,7 +59,9 @@ class ClusterWork:
         """``slot``'s part of the current job, or None (no job, or a zero share)."""
         if self.job is None:
             return None
-        names = [s.name for s in self.fleet.slots]
+        names = [s.name for s in self.fleet.slots if s.state is not SlotState.DRAINING]
+        if slot.name not in names:
+            return None
         shares = split_budget(self.job.groups_per_batch, names)
         if shares[slot.name] == 0:
             return None
@@ -109,7 +113,7 @@ class ClusterWork:
 
     async def status(self) -> RolloutStatus:
         """The servers' job statuses added up; the job is the cluster's."""
-        rotation = [s for s in self.fleet.rotation() if s.api is not None]
+        rotation = [s for s in self.fleet.reachable() if s.api is not None]
         answers = await asyncio.gather(
             *(s.api.rollouts() for s in rotation if s.api is not None), return_exceptions=True
         )
@@ -143,7 +147,7 @@ class ClusterWork:
         groups: list[TrajectoryGroup] = []
         dropped = 0
         while True:
-            rotation = self.fleet.rotation()
+            rotation = self.fleet.reachable()  # a draining server's buffer too
             start = next(self._turns) % max(len(rotation), 1)
             for slot in rotation[start:] + rotation[:start]:
                 missing = request.num_groups - len(groups)
@@ -181,13 +185,25 @@ class ClusterWork:
         for group_id in dict.fromkeys(group_ids):
             owner = self._owners.pop(group_id, None)
             (unknown if owner is None else by_server[owner]).append(group_id)
-        calls = [self._ack_on(self.fleet.by_name(name), ids) for name, ids in by_server.items()]
+        calls = [self._ack_to(name, ids) for name, ids in by_server.items()]
         # An unknown id (a router restart forgot its owner): every server acks what it has.
         calls += [self._ack_on(slot, unknown) for slot in self.fleet.rotation() if unknown]
         return sum(await asyncio.gather(*calls))
 
+    def leased_from(self, server: str) -> int:
+        """Groups the trainer leased from ``server`` and has not acked yet."""
+        return sum(owner == server for owner in self._owners.values())
+
+    async def _ack_to(self, server: str, group_ids: list[str]) -> int:
+        """Ack at ``server``; kept in ``retired_acks`` if ``cluster scale`` removed it."""
+        index = int(server.removeprefix("s"))
+        if index >= len(self.fleet.slots):
+            self.fleet.retired_acks.setdefault(server, set()).update(group_ids)
+            return len(group_ids)
+        return await self._ack_on(self.fleet.slots[index], group_ids)
+
     async def _ack_on(self, slot: Slot, group_ids: list[str]) -> int:
-        if slot.serving and slot.api is not None:
+        if slot.reachable and slot.api is not None:
             try:
                 return await slot.api.ack(group_ids)
             except ClusterError:

@@ -51,7 +51,7 @@ from .base import (
     SandboxStateError,
     SandboxTimeout,
 )
-from .client import ExecutorClient, TransportError
+from .client import ExecutorClient, Relay, TransportError
 from .config import SandboxConfig
 from .replies import BadReply, CallReply, read_reply, worker_frame_limit
 
@@ -68,7 +68,9 @@ class ExecutorSandbox:
 
     ``executor_uid`` is the user the executor runs as, seen from the host: every socket
     of the box must have been listened on by it. ``restarts``: the box restarts its
-    executor when a signal ends it (see the module docstring).
+    executor when a signal ends it (see the module docstring). ``relay``: the box's
+    sockets are reached through it (a box on another host), ``socket_path`` is then the
+    executor's socket as the box sees it.
     """
 
     def __init__(
@@ -81,15 +83,17 @@ class ExecutorSandbox:
         metrics: m.MetricsSink | None = None,
         map_path: Callable[[str], str] = _same_path,
         restarts: bool = False,
+        relay: Relay | None = None,
     ) -> None:
         self._id = box_id
         self._restarts = restarts
         self._executor: tuple[object, object] | None = None  # (pid, oom_kills) last seen
-        self._client = ExecutorClient(socket_path, listener_uid=executor_uid)
+        self._client = ExecutorClient(socket_path, listener_uid=executor_uid, relay=relay)
         self._python = ExecutorClient(
             os.path.join(os.path.dirname(socket_path), PYTHON_SOCKET_NAME),
             listener_uid=executor_uid,
             max_frame=worker_frame_limit(config.output_limit_bytes),
+            relay=relay,
         )
         self._config = config
         self._metrics = metrics or m.NullMetrics()
@@ -151,9 +155,10 @@ class ExecutorSandbox:
         start = time.perf_counter()
         self._finish_reset(self._call({"op": "reset"}, self._config.reset_timeout_s), start)
 
-    def ping(self) -> None:
-        """Raise ``SandboxDied`` unless the executor answers (health checks)."""
-        self._seen(self._call({"op": "ping"}, self._config.host_grace_s))
+    def ping(self, timeout: float | None = None) -> None:
+        """Raise ``SandboxDied`` unless the executor answers (health checks), within
+        ``timeout`` (default ``host_grace_s``) plus ``host_grace_s``."""
+        self._seen(self._call({"op": "ping"}, timeout or self._config.host_grace_s))
 
     async def arun_shell(
         self, command: str, *, timeout: float | None = None, stdin: str | bytes | None = None

@@ -10,6 +10,10 @@ The host never follows a path the box controls. Before connecting, the socket fi
 be a socket (not a link) owned by this process's user, which made the folder it lies in
 and is the only user that may enter it; after connecting, the listener's credentials
 (``SO_PEERCRED``) must be ``listener_uid``'s, the executor's user.
+
+A box on another host is reached through a ``Relay`` instead (``docker.relay``): it opens
+a stream to the socket by its path in the box, and the relay in the box makes the same
+checks there. A relayed stream blocks, so async calls run on the relay's thread pool.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import os
 import socket
 import stat
 import threading
-from typing import Any, cast
+from concurrent.futures import Executor
+from typing import Any, Protocol, cast
 
 from .agent.framing import (
     HEADER,
@@ -36,6 +41,20 @@ from .agent.server import peer_credentials
 
 class TransportError(Exception):
     """The executor could not be reached, or did not answer in time."""
+
+
+class Relay(Protocol):
+    """A way to a box's sockets other than this host's file system."""
+
+    @property
+    def calls(self) -> Executor:
+        """Where async calls wait on a relayed stream."""
+        ...
+
+    def open(self, socket_path: str, deadline_s: float) -> Any:
+        """A connected stream (``sendall``, ``recv``, ``settimeout``, ``close``) to
+        ``socket_path`` in the box; ``OSError`` when there is none."""
+        ...
 
 
 class _ReplyProtocol(asyncio.Protocol):
@@ -107,9 +126,15 @@ def _expire(future: asyncio.Future[Frame], deadline_s: float) -> None:
 
 class ExecutorClient:
     def __init__(
-        self, socket_path: str, *, listener_uid: int, max_frame: int = MAX_FRAME_BYTES
+        self,
+        socket_path: str,
+        *,
+        listener_uid: int,
+        max_frame: int = MAX_FRAME_BYTES,
+        relay: Relay | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.relay = relay
         self.listener_uid = listener_uid
         self.max_frame = max_frame
         self._sock: socket.socket | None = None
@@ -121,11 +146,7 @@ class ExecutorClient:
         with self._lock:
             try:
                 if self._sock is None:
-                    self._check_path()
-                    self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    self._sock.settimeout(deadline_s)
-                    self._sock.connect(self.socket_path)
-                    self._check_listener(self._sock)
+                    self._sock = self._connect(deadline_s)
                     self._reader = FrameReader(self._sock, self.max_frame)
                 assert self._reader is not None
                 self._sock.settimeout(deadline_s)
@@ -145,7 +166,24 @@ class ExecutorClient:
                 raise TransportError("the executor closed the connection")
             return reply
 
+    def _connect(self, deadline_s: float) -> socket.socket:
+        if self.relay is not None:  # a stream with the socket methods used here
+            return cast(socket.socket, self.relay.open(self.socket_path, deadline_s))
+        self._check_path()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(deadline_s)
+            sock.connect(self.socket_path)
+            self._check_listener(sock)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     async def acall(self, request: dict[str, Any], deadline_s: float) -> Frame:
+        if self.relay is not None:
+            call = self.relay.calls.submit(self.call, request, deadline_s)
+            return await asyncio.wrap_future(call)
         conn = await self._aconnection(deadline_s)
         async with conn.lock:
             try:

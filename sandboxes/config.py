@@ -56,6 +56,12 @@ class SandboxConfig(BaseModel):
         description="the cores the box may run on, as Docker's --cpuset-cpus ('1', '0-3,6'); "
         "default: any",
     )
+    oci_runtime: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="the engine's OCI runtime for the box (Docker's --runtime: 'runsc' for "
+        "gVisor, 'kata' for Kata Containers, once the engine has it); default: the engine's",
+    )
     pids_limit: int = Field(128, ge=16, description="processes and threads in the box")
     uid: int = Field(61000, ge=1, description="the agent's user: commands run as it")
     gid: int = Field(61000, ge=1, description="the agent's group (the verifier's too)")
@@ -141,6 +147,48 @@ class SandboxConfig(BaseModel):
         return SandboxConfig.model_validate({**self.model_dump(), **changes})
 
 
+class RemoteHost(BaseModel):
+    """A Docker engine on another host, reached over TCP with client certificates.
+
+    ``relay_uid`` is the user of the relay that carries the host's connections in each
+    box (``sandboxes.agent.relay``).
+
+    >>> RemoteHost(url="tcp://10.0.0.7:2376", cert_dir="/etc/rollgym/tls").relay_uid
+    61002
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(description="the engine's TLS listener, tcp://HOST:PORT")
+    cert_dir: str = Field(
+        description="a folder with ca.pem (the engine's CA), cert.pem and key.pem (this "
+        "client's certificate, signed by that CA): DOCKER_CERT_PATH's layout"
+    )
+    relay_uid: int = Field(
+        61002,
+        ge=1,
+        description="the user, in each box, of the relay that carries the host's connections "
+        "to the executor: a uid of its own, apart from the agent's and the verifier's",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _tcp_url(cls, url: str) -> str:
+        if not url.startswith("tcp://"):
+            raise ValueError(
+                f"a remote Docker host is reached as tcp://HOST:PORT with TLS, got {url!r}; "
+                "for this machine's engine use the local backend"
+            )
+        return url
+
+    @field_validator("cert_dir")
+    @classmethod
+    def _absolute_cert_dir(cls, path: str) -> str:
+        if not os.path.isabs(path):
+            raise ValueError(f"cert_dir must be an absolute folder, got {path!r}")
+        return path
+
+
 class PoolConfig(BaseModel):
     """A warm pool of ``size`` boxes built from ``box``."""
 
@@ -157,6 +205,9 @@ class PoolConfig(BaseModel):
     )
     runtime_dir: str = Field(default_factory=default_runtime_dir)
     labels: dict[str, str] = Field(default_factory=dict, description="extra container labels")
+    remote: RemoteHost | None = Field(
+        None, description="the Docker host that runs the boxes; None: this machine's engine"
+    )
     box: SandboxConfig = Field(default_factory=SandboxConfig)
 
     @field_validator("runtime_dir")
@@ -211,6 +262,9 @@ class ImagePoolConfig(BaseModel):
     )
     runtime_dir: str = Field(default_factory=default_runtime_dir)
     labels: dict[str, str] = Field(default_factory=dict, description="extra container labels")
+    remote: RemoteHost | None = Field(
+        None, description="the Docker host that runs the boxes; None: this machine's engine"
+    )
     box: SandboxConfig = Field(default_factory=SandboxConfig)
 
     @model_validator(mode="after")
@@ -236,5 +290,6 @@ class ImagePoolConfig(BaseModel):
             runtime_dir=self.runtime_dir,
             labels=self.labels,
             recycle_after_timeout=self.recycle_after_timeout,
+            remote=self.remote,
             box=box,
         )

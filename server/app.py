@@ -244,6 +244,7 @@ def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
             acquire_timeout_s=config.acquire_timeout_s,
             box=box,
             runtime_dir=config.runtime_dir or default_runtime_dir(),
+            remote=config.remote,
         )
         return DockerImagePool(images, metrics=sink)
     pool_config = PoolConfig(
@@ -251,6 +252,7 @@ def _docker_pool(config: SandboxSettings, sink: MetricsSink) -> SandboxPool:
         acquire_timeout_s=config.acquire_timeout_s,
         box=box,
         runtime_dir=config.runtime_dir or default_runtime_dir(),
+        remote=config.remote,
     )
     return DockerSandboxPool(pool_config, metrics=sink)
 

@@ -19,6 +19,7 @@ Each component gets its own model (``BufferConfig``, ``SessionConfig``...; the e
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,6 +28,7 @@ from rollgym.contract import paths
 from rollgym.contract.shape import GroupsPerBatch, MaxStaleness
 from rollgym.engine.config import EngineConfig, WeightCheckConfig
 from rollgym.engine.precision import admitted_verdict
+from rollgym.sandboxes.config import RemoteHost
 from rollgym.server.access.agent_keys import AgentKeysConfig
 from rollgym.server.access.env_access import EnvAccessConfig
 from rollgym.server.http.auth import AdminToken
@@ -92,8 +94,16 @@ class SandboxSettings(_Config):
     pool serves boxes of any image (envs whose tasks bring their own, such as Harbor
     tasks: ``rollgym.sandboxes.image_pool``) under that cap, the default image's
     ``pool_size`` boxes included, and ``max_memory_mb`` caps their memory limits' sum.
+    ``backend`` says where the boxes run: ``local``, this machine's Docker engine (the
+    executor on a unix socket in a host folder), or ``remote``, the Docker host named by
+    ``remote`` (its TLS listener and client certificates; the executor reached through
+    the engine: docs/cluster.md).
     """
 
+    backend: Literal["local", "remote"] = Field(
+        "local", description="local: this machine's Docker engine; remote: the host in remote"
+    )
+    remote: RemoteHost | None = Field(None, description="with backend=remote: the Docker host")
     pool_size: int = Field(0, ge=0, le=1024)
     max_boxes: int = Field(
         0, ge=0, le=1024, description="boxes of all images at once; 0: the default image only"
@@ -111,6 +121,20 @@ class SandboxSettings(_Config):
         description="the boxes' socket folder (default: the sandboxes package's); in a "
         "container, bind-mount it at the same path on the Docker host",
     )
+
+    @model_validator(mode="after")
+    def _remote_when_remote(self) -> SandboxSettings:
+        if self.backend == "remote" and self.remote is None:
+            raise ValueError(
+                "backend=remote needs the host: set sandboxes.remote.url and "
+                "sandboxes.remote.cert_dir (ROLLGYM_SANDBOXES__REMOTE__URL, ...__CERT_DIR)"
+            )
+        if self.backend == "local" and self.remote is not None:
+            raise ValueError(
+                "sandboxes.remote is set but backend is local: set backend=remote to use it, "
+                "or remove it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_boxes_fit(self) -> SandboxSettings:

@@ -77,6 +77,26 @@ def docker_client():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def remote_docker_host():  # type: ignore[no-untyped-def]
+    """A second Docker engine on this machine, standing in for a remote sandbox host: its
+    own socket, data root and bridge, a TLS listener that wants client certificates
+    (``scripts/remote_dockerd.sh``, started here when it is not running; it keeps running,
+    like the local engine)."""
+    import subprocess
+
+    from rollgym.sandboxes.config import RemoteHost
+
+    script = Path(__file__).parents[1] / "scripts" / "remote_dockerd.sh"
+    started = subprocess.run([script, "start"], capture_output=True, text=True)
+    if started.returncode != 0:
+        pytest.fail(f"the remote Docker engine did not start: {started.stderr.strip()}")
+    lines = subprocess.run([script, "env"], capture_output=True, text=True, check=True).stdout
+    settings = dict(line.split("=", 1) for line in lines.split())
+    prefix = "ROLLGYM_SANDBOXES__REMOTE__"
+    return RemoteHost(url=settings[prefix + "URL"], cert_dir=settings[prefix + "CERT_DIR"])
+
+
+@pytest.fixture(scope="session")
 def tool_model_dir(default_model_dir: Path) -> Path:
     """The default model taught the tool-call format: 100 SFT steps on Compute's oracle play
     (every demonstration calls the python tool; no copy drills, so its operands and

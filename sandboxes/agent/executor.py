@@ -6,7 +6,9 @@ Run inside a box as root (the trusted side), e.g. ``python3 -m agent.executor --
 agent's user, checks as the verifier's (``identity``, ``verifier``), and reset kills
 every process of those two users. ``--contained`` says we are alone in a box: the
 cgroup's OOM counter is ours, and only peers from outside the box's pid namespace may
-connect. The fake sandbox runs it on the host, with no users to switch.
+connect; with ``--relayed`` (a box on a remote Docker host, reached through ``relay`` in
+the box) only the host's user may. The fake sandbox runs it on the host, with no users to
+switch.
 
 In a box a small keeper (``sh``) restarts the executor if a signal ends it (the kernel's
 OOM killer can pick it when the agent fills the memory with many small processes), after
@@ -65,7 +67,7 @@ from .processes import group_alive, kill_group, kill_users, oom_kill_count, reap
 from .pyworker import PythonWorker
 from .result import CallResult
 from .seed import plant
-from .server import from_outside_the_box, listen, serve
+from .server import Admit, from_outside_the_box, from_user, listen, serve
 from .shell import run_shell
 from .verifier import Verifier
 from .wipe import WipedFolder, remove_ipc_objects
@@ -282,6 +284,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shell", default="/bin/bash")
     parser.add_argument("--python-grace", type=float, default=0.5)
     parser.add_argument("--contained", action="store_true", help="we are alone in a box")
+    parser.add_argument(
+        "--relayed",
+        action="store_true",
+        help="the host connects through agent.relay in the box, as --host-user: admit that "
+        "user alone (a box on a remote Docker host)",
+    )
     parser.add_argument("--exit-with-parent", action="store_true")
     parser.add_argument("--agent-user", type=User.parse, help="uid:gid agent processes run as")
     parser.add_argument("--verifier-user", type=User.parse, help="uid:gid checks run as")
@@ -307,12 +315,25 @@ def identities_of(args: argparse.Namespace) -> Identities:
     return Identities(agent, verifier, host)
 
 
+def admission(args: argparse.Namespace, identities: Identities) -> Admit | None:
+    """Who may connect: in a box, only the host (from outside its pid namespace) or, when
+    relayed, only the host's user (the relay in the box); anyone for the fake."""
+    if args.relayed:
+        if identities.host is None:
+            raise SystemExit("agent.executor: --relayed needs --host-user, the relay's user")
+        return from_user(identities.host.uid)
+    return from_outside_the_box if args.contained else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     identities = identities_of(args)
     args.python_socket = args.python_socket or os.path.join(
         os.path.dirname(args.socket), PYTHON_SOCKET_NAME
     )
+    if args.relayed:  # a tmpfs takes the mode of the image's folder: make it the relay's alone
+        with identities.as_host_files():
+            os.chmod(os.path.dirname(args.socket), 0o700)
     os.chdir(args.work_dir)
     executor = Executor(args, identities)
     executor.kill_untrusted()  # nothing an earlier executor's agent left may outlive it
@@ -326,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         executor.handle,
         tick=executor.worker.watch,
         exit_with=os.getppid() if args.exit_with_parent else None,
-        admit=from_outside_the_box if args.contained else None,
+        admit=admission(args, identities),
         orphan_after=args.orphan_after,
     )
     return 0

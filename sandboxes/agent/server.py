@@ -40,6 +40,15 @@ def from_outside_the_box(conn: socket.socket) -> bool:
     return peer_credentials(conn)[0] == 0
 
 
+def from_user(uid: int) -> Admit:
+    """Admit peers of ``uid`` alone: a relayed box's executor admits its relay's user."""
+
+    def admit(conn: socket.socket) -> bool:
+        return peer_credentials(conn)[1] == uid
+
+    return admit
+
+
 def listen(path: str) -> socket.socket:
     """Bind and listen on ``path`` (mode 0600), made visible by an atomic rename once ready.
 

@@ -17,7 +17,8 @@ from ..config import ImagePoolConfig, PoolConfig
 from ..image_pool import ImagePool
 from ..metrics import MetricsSink
 from ..pool import WarmPool
-from .provider import DockerProvider, docker_errors
+from .engine import engine_client
+from .provider import DockerProvider
 
 
 class DockerSandboxPool(WarmPool):
@@ -58,8 +59,7 @@ class DockerImagePool(ImagePool):
     def _shared_client(self) -> docker.DockerClient:
         with self._client_lock:
             if self._client is None:
-                with docker_errors("connecting to the Docker engine"):
-                    self._client = docker.from_env()
+                self._client = engine_client(self.config.remote)
             return self._client
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import docker
 
 from ..base import SandboxError
-from .provider import docker_errors
+from .engine import docker_errors
 
 _STEP = re.compile(r"^Step \d+/\d+ : .*")
 LOG_TAIL_LINES = 8

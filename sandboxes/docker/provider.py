@@ -24,7 +24,6 @@ SDK errors are translated to ``SandboxError``.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
@@ -32,11 +31,10 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import requests
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount
 
@@ -48,7 +46,9 @@ from ..base import TMP_DIR, WORK_DIR, SandboxError
 from ..box import ExecutorSandbox
 from ..config import PoolConfig, SandboxConfig
 from ..metrics import MetricsSink
+from .engine import docker_errors, engine_client
 from .owner import Owner
+from .relay import ExecRelay, code_archive
 
 LABEL = "rollgym.sandbox"
 LABEL_POOL = "rollgym.pool"
@@ -57,6 +57,9 @@ BOX_RUNTIME_DIR = "/run/rollgym"
 BOX_AGENT_DIR = "/opt/rollgym/agent"
 SOCKET_NAME = "executor.sock"
 OWNER_FILE = "owner"
+AGENT_VOLUME = "rollgym-sbx-{pool}-agent"  # a remote engine's copy of the executor's code
+# Async calls on relayed boxes in flight at once (a thread each, made as they are needed).
+RELAY_THREADS = 256
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STATUS_CHECK_INTERVAL_S = 0.1
 EXECUTOR_UID = 0  # root in the box (no user namespace): what SO_PEERCRED shows the host
@@ -71,26 +74,34 @@ KEEPER = 'while :; do "$@"; code=$?; [ "$code" -gt 128 ] || exit "$code"; kill -
 logger = logging.getLogger(__name__)
 
 
-@contextlib.contextmanager
-def docker_errors(action: str) -> Iterator[None]:
-    """Translate the Docker SDK's errors (and its HTTP layer's) into ``SandboxError``."""
-    try:
-        yield
-    except docker.errors.ImageNotFound as exc:
-        raise SandboxError(
-            f"{action}: image not found ({exc.explanation}); run scripts/setup.sh to build "
-            "the sandbox images, or set SandboxConfig.image"
-        ) from exc
-    except docker.errors.DockerException as exc:
-        raise SandboxError(f"{action}: {exc}") from exc
-    except requests.RequestException as exc:
-        raise SandboxError(f"{action}: the Docker engine does not answer ({exc})") from exc
-
-
 def container_spec(
     config: SandboxConfig, box_dir: Path, agent_dir: Path, host: User
 ) -> dict[str, Any]:
     """Keyword arguments of ``containers.create`` for one hardened box owned by ``host``."""
+    mounts = [
+        Mount(BOX_RUNTIME_DIR, str(box_dir), type="bind"),
+        Mount(BOX_AGENT_DIR, str(agent_dir), type="bind", read_only=True),
+    ]
+    return _spec(config, host, mounts, {}, relayed=False)
+
+
+def relayed_spec(config: SandboxConfig, agent_volume: str, relay: User) -> dict[str, Any]:
+    """The spec of a box on a remote engine: no host folder in it. Its sockets lie in a
+    tmpfs that only the relay's user may enter; the executor's code is a volume of the
+    engine's, read-only."""
+    mounts = [Mount(BOX_AGENT_DIR, agent_volume, type="volume", read_only=True)]
+    runtime = f"rw,noexec,nosuid,nodev,size=1m,uid={relay.uid},gid={relay.gid},mode=0700"
+    return _spec(config, relay, mounts, {BOX_RUNTIME_DIR: runtime}, relayed=True)
+
+
+def _spec(
+    config: SandboxConfig,
+    host: User,
+    mounts: list[Mount],
+    runtime_tmpfs: dict[str, str],
+    *,
+    relayed: bool,
+) -> dict[str, Any]:
     command = [
         "sh", "-c", KEEPER, "rollgym-keeper",
         "python3", "-B", "-m", "agent.executor",
@@ -105,6 +116,7 @@ def container_spec(
         "--orphan-after", str(config.orphan_grace_s),
         *(arg for folder in config.verifier_dirs for arg in ("--verifier-dir", folder)),
         *(("--seed", config.seed_dir) if config.seed_dir else ()),
+        *(("--relayed",) if relayed else ()),
     ]  # fmt: skip
     tmpfs_opts = "rw,exec,nosuid,nodev"
     # The verifier's own folders: only it may enter them (a grading's tests and results).
@@ -135,25 +147,30 @@ def container_spec(
             WORK_DIR: f"{tmpfs_opts},size={config.work_dir_mb}m,uid={config.uid},gid={config.gid},mode=0755",
             TMP_DIR: f"{tmpfs_opts},size={config.tmp_dir_mb}m,mode=1777",
             **verifier_tmpfs,
+            **runtime_tmpfs,
         },
         "shm_size": f"{config.shm_mb}m",
         "mem_limit": f"{config.memory_mb}m",
         "memswap_limit": f"{config.memory_mb}m",  # the same figure: no swap on top
         "nano_cpus": int(config.cpus * 1e9),
         "cpuset_cpus": config.cpuset,
+        "runtime": config.oci_runtime,
         "pids_limit": config.pids_limit,
         "init": True,
         "auto_remove": True,  # a box that ends itself leaves nothing behind
-        "mounts": [
-            Mount(BOX_RUNTIME_DIR, str(box_dir), type="bind"),
-            Mount(BOX_AGENT_DIR, str(agent_dir), type="bind", read_only=True),
-        ],
+        "mounts": mounts,
         "log_config": LogConfig(type="json-file", config={"max-size": "1m"}),
     }
 
 
 class DockerProvider:
-    """Starts and stops the containers of one pool. Thread-safe."""
+    """Starts and stops the containers of one pool. Thread-safe.
+
+    With ``config.remote`` the boxes run on that Docker host: nothing of theirs is on
+    this machine's disk (their sockets are in a tmpfs of the box, the executor's code in
+    a volume of that engine, ``AGENT_VOLUME``), and each connection to a box goes through
+    the engine (``relay``).
+    """
 
     def __init__(
         self,
@@ -167,12 +184,14 @@ class DockerProvider:
         self.owner = Owner.me()
         self.host = User(os.getuid(), os.getgid())
         self.runtime_dir = Path(config.runtime_dir) / self.pool_id
+        self.agent_volume = AGENT_VOLUME.format(pool=self.pool_id)
         self._metrics = metrics
         self._client = client
         self._own_client = client is None
         self._names = itertools.count()
         self._lock = threading.Lock()
-        self._containers: dict[str, tuple[Container, Path]] = {}
+        self._containers: dict[str, tuple[Container, Path | None]] = {}
+        self._relay_calls: ThreadPoolExecutor | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -190,7 +209,7 @@ class DockerProvider:
         }
 
     def open(self) -> None:
-        box = self.config.box
+        box, remote = self.config.box, self.config.remote
         if self.host.uid in (box.uid, box.verifier_uid):
             raise SandboxError(
                 f"this process runs as uid {self.host.uid}, which is also the box's agent or "
@@ -198,10 +217,22 @@ class DockerProvider:
                 "to this user's folders. Run as another user or set SandboxConfig.uid and "
                 "verifier_uid to uids of their own"
             )
+        if remote is not None and remote.relay_uid in (EXECUTOR_UID, box.uid, box.verifier_uid):
+            raise SandboxError(
+                f"RemoteHost.relay_uid={remote.relay_uid} is also the executor's, the agent's "
+                "or the verifier's user: give the relay a uid of its own"
+            )
+        if self._client is None:
+            self._client = engine_client(remote)
         with docker_errors("connecting to the Docker engine"):
-            if self._client is None:
-                self._client = docker.from_env()
             self._client.ping()
+        if remote is not None:
+            self._fill_agent_volume()
+            self._relay_calls = ThreadPoolExecutor(
+                max_workers=RELAY_THREADS,
+                thread_name_prefix=f"relay-{self.pool_id}",
+            )
+            return
         self.runtime_dir.mkdir(parents=True, mode=0o700)
         (self.runtime_dir / OWNER_FILE).write_text(self.owner.encode())
         agent_dir = self.runtime_dir / "agent"
@@ -211,11 +242,35 @@ class DockerProvider:
         for path in (agent_dir, *agent_dir.iterdir()):
             path.chmod(0o755 if path.is_dir() else 0o644)
 
+    def _fill_agent_volume(self) -> None:
+        """The executor's code in a volume of the remote engine, for every box to mount.
+
+        A container that never runs holds the volume while the code is copied in."""
+        with docker_errors(f"copying the executor's code to {self.agent_volume}"):
+            self.client.volumes.create(self.agent_volume, labels=self.labels)
+            holder = self.client.containers.create(
+                self.config.box.image,
+                command=["true"],
+                network_mode="none",
+                labels=self.labels,
+                mounts=[Mount(BOX_AGENT_DIR, self.agent_volume, type="volume")],
+            )
+            try:
+                holder.put_archive(BOX_AGENT_DIR, code_archive(Path(agent.__file__).parent))
+            finally:
+                holder.remove(force=True)
+
     def start_box(self) -> ExecutorSandbox:
         box_id = f"{self.pool_id}-{next(self._names):03d}"
-        box_dir = self.runtime_dir / box_id
-        box_dir.mkdir(mode=0o700)  # ours alone: the executor acts as us to make its sockets
-        spec = container_spec(self.config.box, box_dir, self.runtime_dir / "agent", self.host)
+        remote = self.config.remote
+        box_dir: Path | None = None
+        if remote is None:
+            folder = box_dir = self.runtime_dir / box_id
+            folder.mkdir(mode=0o700)  # ours alone: the executor acts as us to make its sockets
+            spec = container_spec(self.config.box, folder, self.runtime_dir / "agent", self.host)
+        else:
+            relay = User(remote.relay_uid, remote.relay_uid)
+            spec = relayed_spec(self.config.box, self.agent_volume, relay)
         try:
             # create + start, not run(): run() answers a missing image with a pull, which
             # waits on a registry that may not be there.
@@ -224,13 +279,16 @@ class DockerProvider:
                     name=f"rollgym-sbx-{box_id}", labels=self.labels, **spec
                 )
         except SandboxError:
-            shutil.rmtree(box_dir, ignore_errors=True)
+            if box_dir is not None:
+                shutil.rmtree(box_dir, ignore_errors=True)
             raise
         with self._lock:
             self._containers[box_id] = (container, box_dir)
         try:
             with docker_errors(f"starting sandbox {box_id}"):
                 container.start()
+            if box_dir is None:
+                return self._reach_relayed(box_id, container)
             socket_path = box_dir / SOCKET_NAME
             self._wait_for_socket(container, socket_path)
             box = ExecutorSandbox(
@@ -244,6 +302,32 @@ class DockerProvider:
             box.ping()
         except BaseException:
             self._remove(box_id)
+            raise
+        return box
+
+    def _reach_relayed(self, box_id: str, container: Container) -> ExecutorSandbox:
+        """The box's first answer, through a relay that waits for the executor's socket."""
+        assert self.config.remote is not None and self._relay_calls is not None
+        relay = ExecRelay(
+            self.client.api,
+            container.id,
+            relay_uid=self.config.remote.relay_uid,
+            listener_uid=EXECUTOR_UID,
+            calls=self._relay_calls,
+        )
+        box = ExecutorSandbox(
+            box_id,
+            f"{BOX_RUNTIME_DIR}/{SOCKET_NAME}",
+            self.config.box,
+            executor_uid=EXECUTOR_UID,
+            metrics=self._metrics,
+            restarts=True,
+            relay=relay,
+        )
+        try:
+            box.ping(timeout=self.config.box.start_timeout_s)
+        except SandboxError:
+            self._check_starting(container)  # the box's own words, if it exited
             raise
         return box
 
@@ -296,15 +380,34 @@ class DockerProvider:
             if owner is not None and owner.is_gone():
                 self._remove_container(summary["Id"])
                 removed += 1
-        for folder in self.runtime_dir.parent.iterdir():
-            owner_file = folder / OWNER_FILE
-            if folder.is_dir() and owner_file.is_file():
-                owner = Owner.decode(owner_file.read_text())
-                if owner is not None and owner.is_gone():
-                    shutil.rmtree(folder, ignore_errors=True)
+        if self.config.remote is not None:
+            self._sweep_volumes()
+        elif self.runtime_dir.parent.is_dir():
+            for folder in self.runtime_dir.parent.iterdir():
+                owner_file = folder / OWNER_FILE
+                if folder.is_dir() and owner_file.is_file():
+                    owner = Owner.decode(owner_file.read_text())
+                    if owner is not None and owner.is_gone():
+                        shutil.rmtree(folder, ignore_errors=True)
         if removed:
             logger.info("swept %d sandbox containers of dead owners", removed)
         return removed
+
+    def _sweep_volumes(self) -> None:
+        with docker_errors("listing sandbox volumes"):
+            volumes = self.client.api.volumes(filters={"label": LABEL})["Volumes"] or []
+        for volume in volumes:
+            owner = Owner.decode((volume.get("Labels") or {}).get(LABEL_OWNER, ""))
+            if owner is not None and owner.is_gone():
+                self._remove_volume(volume["Name"])
+
+    def _remove_volume(self, name: str) -> None:
+        try:
+            with docker_errors(f"removing volume {name}"):
+                self.client.api.remove_volume(name, force=True)
+        except SandboxError as exc:
+            if "no such volume" not in str(exc).lower():
+                logger.warning("%s", exc)
 
     def _list(self, filters: dict[str, str]) -> list[dict[str, Any]]:
         """Container summaries (the low-level list: no per-container inspect that could
@@ -331,6 +434,10 @@ class DockerProvider:
                     self._remove_container(summary["Id"])
             except SandboxError as exc:
                 logger.warning("could not check for leftover containers: %s", exc)
+            if self.config.remote is not None:
+                self._remove_volume(self.agent_volume)
             if self._own_client:
                 self._client.close()
+        if self._relay_calls is not None:
+            self._relay_calls.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -277,6 +277,18 @@ class FakeSupervisor:
         self.servers[slot] = self._incarnate(slot)
         self.pids[slot] = next(_PIDS)
 
+    async def add(self, slot: int) -> None:
+        assert slot == len(self.servers), "servers are added at the end"
+        if slot >= len(self.boxes):
+            self.boxes.append(FakeBox())
+        self.servers.append(self._incarnate(slot))
+        self.pids.append(next(_PIDS))
+
+    async def remove(self, slot: int, timeout_s: float) -> None:
+        assert slot == len(self.servers) - 1, "servers are removed from the end"
+        self.servers.pop().dead = True
+        self.pids.pop()
+
     async def stop(self, timeout_s: float) -> None:
         self.stopped = True
 

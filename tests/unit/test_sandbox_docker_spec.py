@@ -14,13 +14,13 @@ import docker
 from rollgym.sandboxes.agent.identity import User
 from rollgym.sandboxes.base import SandboxError
 from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+from rollgym.sandboxes.docker.engine import docker_errors
 from rollgym.sandboxes.docker.owner import Owner, process_start_ticks
 from rollgym.sandboxes.docker.provider import (
     BOX_AGENT_DIR,
     BOX_RUNTIME_DIR,
     DockerProvider,
     container_spec,
-    docker_errors,
 )
 
 HOST = User(4321, 4322)
@@ -73,6 +73,13 @@ def test_only_the_socket_folder_is_writable_and_the_executor_is_read_only() -> N
         mounts[BOX_RUNTIME_DIR]["Source"] == "/rt/box" and not mounts[BOX_RUNTIME_DIR]["ReadOnly"]
     )
     assert mounts[BOX_AGENT_DIR]["Source"] == "/rt/agent" and mounts[BOX_AGENT_DIR]["ReadOnly"]
+
+
+def test_the_oci_runtime_is_the_engines_unless_named() -> None:
+    assert spec()["runtime"] is None
+    assert spec(oci_runtime="runsc")["runtime"] == "runsc"  # gVisor, where the engine has it
+    with pytest.raises(ValueError, match="oci_runtime"):
+        SandboxConfig(oci_runtime="--privileged")
 
 
 def test_a_network_only_when_configured() -> None:

@@ -7,7 +7,9 @@ the host still work after it (``assert_still_fine``). Boundaries: box to host
 (``test_episode_to_episode``), agent to executor (``test_executor``), agent to reward
 (``test_reward_forgery``), agent to failure kind (``test_failure_kinds``), and boxes
 that outlive their owner (``test_owner_exit``). An escape found in the future becomes a
-test here first.
+test here first. The suite's ``pool`` runs every test twice: boxes on this machine's
+engine, and boxes on a remote Docker host (a second engine reached over mutual TLS,
+the executor through a relay in the box: ``sandboxes.docker.relay``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import re
 from pathlib import Path
 
 from rollgym.sandboxes.base import Check
-from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+from rollgym.sandboxes.config import PoolConfig, RemoteHost, SandboxConfig
 from rollgym.sandboxes.docker import DockerSandboxPool
+from rollgym.sandboxes.docker.engine import engine_client
+from rollgym.sandboxes.docker.provider import BOX_RUNTIME_DIR
 
 # Small enough that filling memory and disk is quick; a grace that keeps a SIGINTed
 # Python call's namespace on a loaded machine.
@@ -30,8 +34,10 @@ HOST_FILES = {"owner", "agent"}  # the pool's own, besides the boxes' folders
 BOX_FILES = {"executor.sock", "python.sock"}
 
 
-def quiet_pool(size: int = 2, box: SandboxConfig = BOX) -> DockerSandboxPool:
-    return DockerSandboxPool(PoolConfig(size=size, health_interval_s=0, box=box))
+def quiet_pool(
+    size: int = 2, box: SandboxConfig = BOX, remote: RemoteHost | None = None
+) -> DockerSandboxPool:
+    return DockerSandboxPool(PoolConfig(size=size, health_interval_s=0, box=box, remote=remote))
 
 
 def runtime_folder(pool: DockerSandboxPool) -> Path:
@@ -39,12 +45,34 @@ def runtime_folder(pool: DockerSandboxPool) -> Path:
 
 
 def box_folder(pool: DockerSandboxPool, box_id: str) -> Path:
+    """Where a box's sockets lie: a host folder, or for a remote box its own tmpfs."""
+    if pool.config.remote is not None:
+        return Path(BOX_RUNTIME_DIR)
     return runtime_folder(pool) / box_id
 
 
+def runtime_files(pool: DockerSandboxPool, box_id: str) -> list[str]:
+    """The names in a box's socket folder (a remote box's, read in it as the relay's user)."""
+    remote = pool.config.remote
+    if remote is None:
+        return sorted(path.name for path in box_folder(pool, box_id).iterdir())
+    client = engine_client(remote)
+    try:
+        container = client.containers.get(f"rollgym-sbx-{box_id}")
+        listing = container.exec_run(["ls", "-A", BOX_RUNTIME_DIR], user=str(remote.relay_uid))
+    finally:
+        client.close()
+    assert listing.exit_code == 0, listing.output
+    return sorted(listing.output.decode().split())
+
+
 def assert_host_untouched(pool: DockerSandboxPool) -> None:
-    """The pool's host folder holds only what the pool made, all of it ours, no links."""
+    """The pool's host folder holds only what the pool made, all of it ours, no links; a
+    remote pool has nothing on this machine's disk."""
     root = runtime_folder(pool)
+    if pool.config.remote is not None:
+        assert not root.exists(), f"a remote pool made {root}"
+        return
     for path in root.rglob("*"):
         info = path.lstat()
         relative = path.relative_to(root).parts

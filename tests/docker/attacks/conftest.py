@@ -6,7 +6,9 @@ import pytest
 from attack_kit import quiet_pool
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with quiet_pool() as pool:
+@pytest.fixture(scope="module", params=["local", "remote"])
+def pool(request):
+    """The attacks' pool, on this machine's Docker engine and on a remote host's."""
+    remote = request.getfixturevalue("remote_docker_host") if request.param == "remote" else None
+    with quiet_pool(remote=remote) as pool:
         yield pool

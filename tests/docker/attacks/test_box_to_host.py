@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from attack_kit import assert_still_fine, box_folder
+from attack_kit import assert_still_fine, runtime_files
 
 RUNTIME = "/run/rollgym"
 
@@ -29,8 +29,7 @@ def test_nothing_reaches_the_hosts_disk(pool, attempt: str) -> None:
         result = box.run_shell(attempt)
         assert not result.ok
         assert "Permission denied" in result.stderr or "Read-only" in result.stderr
-        files = sorted(p.name for p in box_folder(pool, box.id).iterdir())
-        assert files == ["executor.sock", "python.sock"]
+        assert runtime_files(pool, box.id) == ["executor.sock", "python.sock"]
     assert_still_fine(pool)
 
 

@@ -41,7 +41,7 @@ LOOK = textwrap.dedent("""
     ipcs | grep -c '^0x' || true
     stat -c %a /work
     python3 -c "import os; print(os.listxattr('/work'))"
-    ps -eo user=,args= | grep -v -e '^root' -e 'ps -eo' -e 'bash -c' -e agent.executor -e grep || true
+    ps -eo user=,args= | grep -v -e '^root' -e 'ps -eo' -e 'bash -c' -e agent.executor -e agent.relay -e grep || true
 """)
 
 CLEAN = "/dev/mqueue:\n\n/dev/shm:\n\n/tmp:\n\n/work:\n0\n755\n[]\n"

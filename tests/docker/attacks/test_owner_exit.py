@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from attack_kit import quiet_pool
 
 import docker
+from rollgym.sandboxes.docker.engine import engine_client
 from rollgym.sandboxes.docker.provider import LABEL_POOL
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,9 +36,11 @@ if sys.argv[1:] == ["wait"]:
 """
 
 KILLED_OWNER = """
-from rollgym.sandboxes.config import PoolConfig, SandboxConfig
+import sys
+from rollgym.sandboxes.config import PoolConfig, RemoteHost, SandboxConfig
 from rollgym.sandboxes.docker import DockerSandboxPool
-pool = DockerSandboxPool(PoolConfig(size=2, health_interval_s=0, box=SandboxConfig(orphan_grace_s=2)))
+remote = RemoteHost.model_validate_json(sys.argv[1]) if sys.argv[1:] else None
+pool = DockerSandboxPool(PoolConfig(size=2, health_interval_s=0, box=SandboxConfig(orphan_grace_s=2), remote=remote))
 pool.start()
 lease = pool.acquire()
 lease.run_shell("sleep 1000 >/dev/null 2>&1 &")
@@ -94,16 +98,26 @@ def test_a_signalled_script_exits_and_releases_its_boxes(docker_client, signum: 
     assert containers(docker_client, pool_id) == []
 
 
-def test_boxes_of_a_killed_owner_end_themselves(docker_client) -> None:
-    owner = start(KILLED_OWNER)
+@pytest.mark.parametrize("backend", ["local", "remote"])
+def test_boxes_of_a_killed_owner_end_themselves(request, docker_client, backend: str) -> None:
+    remote = request.getfixturevalue("remote_docker_host") if backend == "remote" else None
+    engine = docker_client if remote is None else engine_client(remote)
+    owner = start(KILLED_OWNER, *([remote.model_dump_json()] if remote else []))
     assert owner.stdout is not None
     pool_id = owner.stdout.readline().strip()
     try:
-        assert len(containers(docker_client, pool_id)) == 2
+        assert len(containers(engine, pool_id)) == 2
     finally:
         owner.kill()
         owner.wait()
     # no other pool sweeps meanwhile: the boxes notice that no host is connected
-    assert wait_until(lambda: containers(docker_client, pool_id) == [], timeout=60)
+    assert wait_until(lambda: containers(engine, pool_id) == [], timeout=60)
+    if remote is not None:  # the executor's code volume: the next pool's sweep removes it
+        volumes = {"label": f"{LABEL_POOL}={pool_id}"}
+        assert len(engine.volumes.list(filters=volumes)) == 1
+        with quiet_pool(size=1, remote=remote):
+            pass
+        assert engine.volumes.list(filters=volumes) == []
+        engine.close()
     for folder in Path("/tmp").glob(f"rollgym-sbx-*/{pool_id}"):  # the next pool's sweep's job
         subprocess.run(["rm", "-rf", str(folder)], check=True)
