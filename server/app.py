@@ -39,6 +39,7 @@ from rollgym.server.access.agent_keys import AgentKeys, QuotaLedger
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.conversation.toolcalls import ToolCallParser
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
 from rollgym.server.errors import engine_status
@@ -108,6 +109,7 @@ async def _services(
         stack.push_async_callback(engine.close)
         weights = await _weight_updater(settings, engine, metrics)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
+        tool_parser = ToolCallParser(settings.tool_parser, codec.tokenizer)
         cost = _cost_meter(settings, engine)
         metrics.registry.register(CostCollector(lambda: live_board(cost, recorder)))
         buffer = await stack.enter_async_context(
@@ -158,6 +160,7 @@ async def _services(
             engine=engine,
             policy=policy,
             codec=codec,
+            tool_parser=tool_parser,
             buffer=buffer,
             runner=runner,
             episodes=episodes,

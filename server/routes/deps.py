@@ -18,6 +18,7 @@ from rollgym.server.access.agent_keys import Agent, AgentKeys, QuotaLedger
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
+from rollgym.server.conversation.toolcalls import ToolCallParser
 from rollgym.server.dashboard.recorder import DashboardRecorder
 from rollgym.server.http.auth import admin_dependency
 from rollgym.server.observability.cost import CostMeter
@@ -35,6 +36,7 @@ class Services:
     engine: ServingEngine
     policy: PolicyEngine  # the engine, metered
     codec: ChatCodec
+    tool_parser: ToolCallParser  # reads tool calls out of answers (settings.tool_parser)
     buffer: TrajectoryBuffer
     runner: RolloutRunner
     episodes: EpisodeRunner  # what the runner plays its episodes with (evaluations too)
