@@ -33,13 +33,13 @@ from rollgym.engine.precision import admitted_verdict, serving_precision
 from rollgym.engine.weights.safetensors_check import checkpoint_files
 from rollgym.engine.weights.store import PolicyStore
 from rollgym.engine.weights.updater import WeightUpdater, restore_policy
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.access.agent_keys import AgentKeys, QuotaLedger
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import SandboxSettings, ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
-from rollgym.server.conversation.toolcalls import ToolCallParser
 from rollgym.server.dashboard.recorder import DashboardRecorder, Reading
 from rollgym.server.dashboard.sampler import read_server, sample
 from rollgym.server.errors import engine_status

@@ -32,13 +32,14 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.conversation.codec import (
     ChatCodec,
     ChatInputError,
     ChatTemplateError,
     TemplateMessage,
 )
-from rollgym.server.conversation.toolcalls import ToolCallParser
+from rollgym.server.conversation.toolcalls import read_tool_calls
 from rollgym.server.rollout.budget import ContextBudget
 
 Status = Literal["pass", "fail", "skip"]
@@ -159,7 +160,7 @@ def tool_round_trip(codec: ChatCodec, tools: list[dict[str, Any]], parser: ToolC
         return Check(TOOLS, "fail", f"the template writes {shown}; the envs' parser: {exc}")
     if [(c.name, c.arguments) for c in parsed] != [(tool.name, arguments)]:
         return Check(TOOLS, "fail", f"the template writes {shown}; the envs read {parsed}")
-    served = parser.parse(written, tools).calls
+    served = read_tool_calls(written, tools, parser).calls
     if [(c.name, json.loads(c.arguments)) for c in served] != [(tool.name, arguments)]:
         return Check(
             TOOLS,

@@ -205,8 +205,8 @@ def _play(
 
 def _tools_check(codec: Any, tools: list[dict[str, Any]], config: DoctorConfig) -> Check:
     """``tool_round_trip`` with the parser the server would use for the model."""
+    from rollgym.envs.toolformats import ToolCallParser, ToolParserError
     from rollgym.models.catalog import tool_parser_for
-    from rollgym.server.conversation.toolcalls import ToolCallParser, ToolParserError
 
     family = config.tool_parser or tool_parser_for(config.model_dir)
     try:

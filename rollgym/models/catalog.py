@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from rollgym.server.conversation.toolcalls import DEFAULT_PARSER
+from rollgym.envs.toolformats import DEFAULT_PARSER
 
 
 @dataclasses.dataclass(frozen=True)

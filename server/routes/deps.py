@@ -14,11 +14,11 @@ from fastapi import Depends, Header, Request
 
 from rollgym.engine.base import PolicyEngine, ServingEngine
 from rollgym.engine.weights.updater import WeightUpdater
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.access.agent_keys import Agent, AgentKeys, QuotaLedger
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
 from rollgym.server.conversation.codec import ChatCodec
-from rollgym.server.conversation.toolcalls import ToolCallParser
 from rollgym.server.dashboard.recorder import DashboardRecorder
 from rollgym.server.http.auth import admin_dependency
 from rollgym.server.observability.cost import CostMeter

@@ -50,8 +50,9 @@ from rollgym.contract.openai import (
 )
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.conversation.codec import ChatCodec, ChatInputError
-from rollgym.server.conversation.toolcalls import ToolCallParser
+from rollgym.server.conversation.toolcalls import read_tool_calls
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
 from rollgym.server.http.offload import by_size
@@ -288,7 +289,7 @@ def _message(
     by the served family's parser (ids ``call_<call_prefix>_<k>``)."""
     if not body.parses_tools:
         return ChatMessageOut(content=text)
-    reply = parser.parse(text, [tool.rendered() for tool in body.tools or ()])
+    reply = read_tool_calls(text, [tool.rendered() for tool in body.tools or ()], parser)
     calls = [
         ToolCall(
             id=f"call_{call_prefix}_{k}",

@@ -19,8 +19,8 @@ from rollgym.doctor.checks import (
     tool_round_trip,
 )
 from rollgym.doctor.report import DoctorConfig, DoctorFailed, doctor, preflight
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.conversation.codec import ChatCodec
-from rollgym.server.conversation.toolcalls import ToolCallParser
 from rollgym.server.rollout.budget import ContextBudget
 
 OPENING, TURNS = PROBE_CONVERSATION

@@ -8,8 +8,8 @@ import pytest
 from server_fakes import engine_factory, in_process, settings
 
 from rollgym.engine.fake import FakeEngine
+from rollgym.envs.toolformats import ToolParserError
 from rollgym.server.app import create_app
-from rollgym.server.conversation.toolcalls import ToolParserError
 
 MODEL = "rollgym-tiny"
 SAID = 'Sure.\n<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>'

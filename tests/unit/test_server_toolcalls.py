@@ -13,13 +13,13 @@ import trl
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from rollgym.envs.toolformats import ToolCallParser, ToolParserError
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.conversation.toolcalls import (
     ParsedCall,
     ParsedReply,
-    ToolCallParser,
-    ToolParserError,
     parse_tool_calls,
+    read_tool_calls,
 )
 
 TOOLS = {"calculator", "python"}
@@ -107,7 +107,7 @@ def test_each_familys_template_renders_a_call_its_vllm_parser_reads_back(family)
     written = rendered_call(tokenizer, arguments if arguments_as is dict else json.dumps(arguments))
     assert "calculator" in written  # the template did render the call
     parser = ToolCallParser(family, tokenizer)
-    reply = parser.parse(written, [CALCULATOR])
+    reply = read_tool_calls(written, [CALCULATOR], parser)
     assert [(c.name, json.loads(c.arguments)) for c in reply.calls] == [("calculator", arguments)]
 
 
