@@ -24,6 +24,12 @@ them back as its tool results. An action that is not the model's last answer (no
 before it, or a different text) is the agent's own: it enters the context as environment
 tokens, and the reward its step earns is not credited to the model (``server.conversation.recording``).
 
+Sessions fit how agent frameworks call: a retried LLM call (OpenAI's clients retry twice
+by default) gets the turn already recorded for it, never a second model turn; a call with
+``tools`` shows the model the env's tools as the env declared them, whatever the client
+made of them (pydantic-ai's ``"strict": true`` rewrites their schemas), so the episode
+trains on the prompt the env's own rollouts use.
+
 Agents reach only the envs and kwargs ``env_access`` opens to them (``server.access.env_access``);
 the kwargs are recorded on the trajectory. Request data is tokenized off the event loop,
 but for a turn's few new characters (``INLINE_CHARS``): a thread hop costs more than that.
@@ -123,6 +129,14 @@ class ModelAnswer:
     tool_call_ids: tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """An LLM call as it was asked (messages, tools, stop texts) and what it generated."""
+
+    asked: tuple[list[TemplateMessage], list[dict[str, Any]] | None, tuple[str, ...]]
+    generation: Generation
+
+
 @dataclasses.dataclass
 class _Session:
     id: str
@@ -135,6 +149,7 @@ class _Session:
     pending: list[TemplateMessage] = dataclasses.field(default_factory=list)  # not yet in tokens
     last_stopped: bool = True
     answer: ModelAnswer | None = None  # the model's last answer, until a step follows it
+    last_call: _Call | None = None  # the LLM call that answer answered
     last_used: float = 0.0
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
@@ -273,10 +288,22 @@ class SessionManager:
 
         ``answer`` is what the agent gets of the generation (default: the decoded tokens,
         written and shown alike; the OpenAI route cuts stop texts and parses tool calls).
+        A call with ``tools`` renders the env's own tools into the prompt (when it has any).
+        A retry (the same messages, tools and stop texts as the call the last answer answered,
+        no step since) gets that answer's generation again: nothing is generated or recorded.
         """
         session = self._get(session_id, agent)
         async with session.lock:
             self._check_open(session)
+            asked = (list(messages), tools, tuple(stop))
+            last = session.last_call
+            if session.answer is not None and last is not None and last.asked == asked:
+                # a retry (OpenAI clients retry twice by default): the turn it asked for again
+                session.answer = (answer or self._decoded)(last.generation)
+                session.last_used = self._clock()
+                return last.generation
+            if tools:  # the env's tools as it declared them, whatever the client added
+                tools = env_tools(session.env) or tools
             added = _extension(session.conversation, messages)
             if session.record.transcript is not None and _chars(added) <= INLINE_CHARS:
                 context = self._context(session, added, tools)  # a usual turn: no thread hop
@@ -293,6 +320,7 @@ class SessionManager:
             )
             session.record.model_turn(context, generation)
             session.answer = (answer or self._decoded)(generation)
+            session.last_call = _Call(asked, generation)
             session.conversation += [
                 *added,
                 {"role": "assistant", "content": session.answer.content},

@@ -1,0 +1,133 @@
+"""Sessions as agent frameworks call them: through OpenAI's own client at the session's base
+URL, with its retries, and with the tool decorations frameworks add.
+
+The real ToolUse env on a fake box and a scripted engine (the real twins:
+tests/e2e/test_agent_framework_e2e.py, the OpenAI Agents SDK on the real engine)."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from server_fakes import ADMIN, AGENT_KEY, in_process, sandboxed_app
+
+from rollgym.contract.wire import SessionCreated
+from rollgym.engine.fake import FakeEngine
+
+MODEL = "rollgym-tiny"
+TOOL_USE = "rollgym/ToolUse-v0"
+CALL = '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'
+ANSWER = "<answer>nothing</answer>"
+
+
+@pytest.fixture
+def engine(codec) -> FakeEngine:
+    """The first reply calls a tool; every later one gives an answer."""
+    replies = iter([CALL])
+    return FakeEngine(lambda prompt: [*codec.encode(next(replies, ANSWER)), codec.eos_id])
+
+
+@pytest.fixture
+async def client(tmp_path, engine):
+    async with in_process(sandboxed_app(tmp_path, engine)) as client:
+        yield client
+
+
+async def open_session(client) -> SessionCreated:
+    made = await client.post("/v1/sessions", json={"env_id": TOOL_USE, "seed": 3})
+    assert made.status_code == 201, made.text
+    return SessionCreated.model_validate(made.json())
+
+
+def openai_at(client: httpx.AsyncClient, session: SessionCreated, **options) -> openai.AsyncOpenAI:
+    """OpenAI's own client with the session's base URL, and nothing else of rollgym's."""
+    return openai.AsyncOpenAI(
+        base_url=f"http://server/v1/sessions/{session.session_id}/v1",
+        api_key=AGENT_KEY,
+        http_client=client,
+        **options,
+    )
+
+
+async def test_an_openai_client_at_the_sessions_base_url_plays_its_turns(client, engine) -> None:
+    session = await open_session(client)
+    llm = openai_at(client, session)
+    messages = [m.model_dump() for m in session.observation]
+    said = await llm.chat.completions.create(model=MODEL, messages=messages, tools=session.tools)
+    [call] = said.choices[0].message.tool_calls
+    assert call.function.name == "list_files"
+    stepped = await client.post(
+        f"/v1/sessions/{session.session_id}/step", json={"model_answer": True}
+    )
+    assert stepped.json()["tool_call_ids"] == [call.id]  # the step answered the model's call
+    episode = await client.delete(f"/v1/sessions/{session.session_id}")
+    assert episode.json()["valid"] and len(engine.prompts) == 1
+
+
+async def test_a_body_that_names_another_session_than_the_url_is_refused(client) -> None:
+    session = await open_session(client)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "session_id": "x"}
+    refused = await client.post(f"/v1/sessions/{session.session_id}/v1/chat/completions", json=body)
+    assert refused.status_code == 422
+    assert "drop session_id from the body" in refused.json()["message"]
+
+
+async def test_a_retried_call_answers_with_the_recorded_turn(client, engine) -> None:
+    """The OpenAI client's default retries (a timeout, a dropped answer) never make a second
+    model turn: the call asked again gets the turn recorded for it."""
+    session = await open_session(client)
+    llm = openai_at(client, session)
+    messages = [m.model_dump() for m in session.observation]
+    first = await llm.chat.completions.create(model=MODEL, messages=messages, tools=session.tools)
+    again = await llm.chat.completions.create(model=MODEL, messages=messages, tools=session.tools)
+    assert len(engine.prompts) == 1  # generated once
+    assert again.choices[0].message.content == first.choices[0].message.content
+    [retried] = again.choices[0].message.tool_calls
+    stepped = await client.post(
+        f"/v1/sessions/{session.session_id}/step", json={"model_answer": True}
+    )
+    assert stepped.json()["tool_call_ids"] == [retried.id]  # the ids the client last got
+    closed = (await client.delete(f"/v1/sessions/{session.session_id}")).json()
+    pulled = await client.post(
+        "/admin/buffer/pull",
+        json={"trainer_version": 0, "max_staleness": 0, "num_groups": 1, "timeout_s": 0},
+        headers=ADMIN,
+    )
+    [trajectory] = pulled.json()["groups"][0]["trajectories"]
+    assert closed["valid"] and len(trajectory["turns"]) == 1  # one model turn, not two
+
+
+async def test_a_call_with_other_messages_after_an_answer_is_a_new_turn(client, engine) -> None:
+    session = await open_session(client)
+    llm = openai_at(client, session)
+    messages = [m.model_dump() for m in session.observation]
+    first = await llm.chat.completions.create(model=MODEL, messages=messages)
+    said = {"role": "assistant", "content": first.choices[0].message.content}
+    follow = [*messages, said, {"role": "user", "content": "go on"}]
+    await llm.chat.completions.create(model=MODEL, messages=follow)
+    assert len(engine.prompts) == 2
+
+
+async def test_the_env_tools_are_rendered_as_declared_whatever_the_client_adds(
+    client, engine, codec
+) -> None:
+    """pydantic-ai marks every tool ``"strict": true`` and rewrites its schema for it; the
+    model is still shown the env's tools as the env declared them."""
+    session = await open_session(client)
+    decorated = [
+        {
+            "type": "function",
+            "function": {
+                **tool["function"],
+                "strict": True,
+                "description": f"{tool['function']['description']} (as a framework saw it)",
+                "parameters": {**tool["function"]["parameters"], "additionalProperties": False},
+            },
+        }
+        for tool in session.tools
+    ]
+    llm = openai_at(client, session)
+    messages = [m.model_dump() for m in session.observation]
+    await llm.chat.completions.create(model=MODEL, messages=messages, tools=decorated)
+    [prompt] = engine.prompts
+    assert prompt == codec.first_prompt(messages, tools=session.tools)
