@@ -281,6 +281,10 @@ async def step_session(request: Request) -> Response:
     return await _to_session(request, "session_step")
 
 
+async def session_tool_call(request: Request) -> Response:
+    return await _to_session(request, "session_tool_call")
+
+
 async def session_chat(request: Request) -> Response:
     """A chat call at the session's own base URL: to the server that holds the session."""
     return await _to_session(request, "chat_session")
@@ -380,6 +384,7 @@ PASS_THROUGH = (
     (api.MODELS, models),
     (api.SESSION_CREATE, create_session),
     (api.SESSION_STEP, step_session),
+    (api.SESSION_TOOL_CALL, session_tool_call),
     (api.SESSION_CLOSE, close_session),
     (api.CHAT, chat),
     (api.SESSION_CHAT, session_chat),

@@ -482,6 +482,17 @@ class SessionStepResult(BaseModel):
     )
 
 
+class ToolCallResult(BaseModel):
+    """One tool call of the model's last answer, run: what a framework's tool function
+    returns. The first call asked for steps the env with the answer, which runs all its
+    calls; each call's id then gets its own result."""
+
+    call_id: str
+    content: str = Field(description="the env's tool message answering this call")
+    terminated: bool = Field(description="the step that ran the calls ended the episode")
+    truncated: bool
+
+
 class SessionClosed(BaseModel):
     session_id: str
     trajectory_id: str | None = Field(description="None when the episode had no model turn")

@@ -17,6 +17,7 @@ from rollgym.contract.wire import (
     SessionCreated,
     SessionStep,
     SessionStepResult,
+    ToolCallResult,
 )
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
@@ -63,6 +64,13 @@ async def step_session(
     session_id: str, body: SessionStep, services: ServicesDep, agent: AgentDep
 ) -> SessionStepResult:
     return await services.sessions.step(session_id, body.action, agent=agent.name)
+
+
+@declared(router, api.SESSION_TOOL_CALL)
+async def session_tool_call(
+    session_id: str, call_id: str, services: ServicesDep, agent: AgentDep
+) -> ToolCallResult:
+    return await services.sessions.tool_call(session_id, call_id, agent=agent.name)
 
 
 @declared(router, api.SESSION_CHAT)

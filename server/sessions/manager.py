@@ -70,6 +70,7 @@ from rollgym.contract.wire import (
     SessionCreate,
     SessionCreated,
     SessionStepResult,
+    ToolCallResult,
 )
 from rollgym.engine.base import Generation, PolicyEngine
 from rollgym.envs import aio
@@ -150,6 +151,7 @@ class _Session:
     last_stopped: bool = True
     answer: ModelAnswer | None = None  # the model's last answer, until a step follows it
     last_call: _Call | None = None  # the LLM call that answer answered
+    tool_results: dict[str, ToolCallResult] = dataclasses.field(default_factory=dict)
     last_used: float = 0.0
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
@@ -356,40 +358,75 @@ class SessionManager:
         """Step the env with ``action`` (None: the model's last answer as it wrote it)."""
         session = self._get(session_id, agent)
         async with session.lock:
-            self._check_open(session)
-            answer = session.answer
-            if action is None:
-                if answer is None:
-                    raise Conflict(
-                        f"session {session.id} has no model answer to step with: call the "
-                        "chat route with the session first (or send an action)"
-                    )
-                action = answer.written
-            step = await step_env(session.env, action, self._metrics)
-            models = answer is not None and action.strip() == answer.written.strip()
-            if not models:  # the agent's own action, not the model's: no credit, no turn
-                session.pending.append({"role": "assistant", "content": action})
-                session.conversation.append({"role": "assistant", "content": action})
-                session.record.said([{"role": "assistant", "content": action}])
-            session.record.env_step(step, answers_model_turn=models)
-            session.record.said(step.observation)
-            session.pending += step.observation
-            session.conversation += step.observation
-            session.answer = None
-            session.last_used = self._clock()
-            if step.infra_error is not None:
-                raise EnvFailure(
-                    f"{session.request.env_id} failed: {step.infra_error}. The episode is over "
-                    "and invalid (never trained on): DELETE the session"
+            return await self._step(session, action)
+
+    async def tool_call(self, session_id: str, call_id: str, *, agent: str) -> ToolCallResult:
+        """The result of the last answer's tool call ``call_id``: the first one asked for
+        steps the env with the answer (it runs all the answer's calls), each call's id then
+        gets the tool message that answers it."""
+        session = self._get(session_id, agent)
+        async with session.lock:
+            if call_id in session.tool_results:
+                return session.tool_results[call_id]
+            if session.answer is None or call_id not in session.answer.tool_call_ids:
+                raise NotFound(
+                    f"no tool call {call_id!r} in session {session.id}'s last model answer "
+                    "(each answer's call ids are good until the next step)"
                 )
-            return SessionStepResult(
-                observation=step.observation,
-                reward=step.reward,
-                terminated=step.terminated,
-                truncated=step.truncated,
-                info=_plain(step.info),
-                tool_call_ids=_answered_calls(answer, step.observation) if models else None,
+            step = await self._step(session, None)
+            if step.tool_call_ids is None:
+                raise Conflict(
+                    f"{session.request.env_id} did not answer each tool call with one tool "
+                    "message (it stepped the answer as a whole): read the step's observation "
+                    "with model_answer steps instead"
+                )
+            session.tool_results = {
+                answered: ToolCallResult(
+                    call_id=answered,
+                    content=message.content,
+                    terminated=step.terminated,
+                    truncated=step.truncated,
+                )
+                for answered, message in zip(step.tool_call_ids, step.observation, strict=True)
+            }
+            return session.tool_results[call_id]
+
+    async def _step(self, session: _Session, action: str | None) -> SessionStepResult:
+        """``step`` under the session's lock."""
+        self._check_open(session)
+        answer = session.answer
+        if action is None:
+            if answer is None:
+                raise Conflict(
+                    f"session {session.id} has no model answer to step with: call the "
+                    "chat route with the session first (or send an action)"
+                )
+            action = answer.written
+        step = await step_env(session.env, action, self._metrics)
+        models = answer is not None and action.strip() == answer.written.strip()
+        if not models:  # the agent's own action, not the model's: no credit, no turn
+            session.pending.append({"role": "assistant", "content": action})
+            session.conversation.append({"role": "assistant", "content": action})
+            session.record.said([{"role": "assistant", "content": action}])
+        session.record.env_step(step, answers_model_turn=models)
+        session.record.said(step.observation)
+        session.pending += step.observation
+        session.conversation += step.observation
+        session.answer = None
+        session.last_used = self._clock()
+        if step.infra_error is not None:
+            raise EnvFailure(
+                f"{session.request.env_id} failed: {step.infra_error}. The episode is over "
+                "and invalid (never trained on): DELETE the session"
             )
+        return SessionStepResult(
+            observation=step.observation,
+            reward=step.reward,
+            terminated=step.terminated,
+            truncated=step.truncated,
+            info=_plain(step.info),
+            tool_call_ids=_answered_calls(answer, step.observation) if models else None,
+        )
 
     async def close(
         self, session_id: str, *, agent: str | None = None, reason: str | None = None

@@ -17,13 +17,17 @@ from rollgym.engine.fake import FakeEngine
 MODEL = "rollgym-tiny"
 TOOL_USE = "rollgym/ToolUse-v0"
 CALL = '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'
+WRITE = (
+    '<tool_call>{"name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}</tool_call>'
+)
 ANSWER = "<answer>nothing</answer>"
 
 
 @pytest.fixture
 def engine(codec) -> FakeEngine:
-    """The first reply calls a tool; every later one gives an answer."""
-    replies = iter([CALL])
+    """The first reply calls a tool, the second writes a file and lists the files; every
+    later one gives an answer."""
+    replies = iter([CALL, f"{WRITE}\n{CALL}"])
     return FakeEngine(lambda prompt: [*codec.encode(next(replies, ANSWER)), codec.eos_id])
 
 
@@ -131,3 +135,31 @@ async def test_the_env_tools_are_rendered_as_declared_whatever_the_client_adds(
     await llm.chat.completions.create(model=MODEL, messages=messages, tools=decorated)
     [prompt] = engine.prompts
     assert prompt == codec.first_prompt(messages, tools=session.tools)
+
+
+async def test_each_tool_call_runs_by_its_id_and_the_env_steps_once(client, engine) -> None:
+    """A framework runs one function per call: the first call's id steps the env with the
+    answer (all its calls run), each id then gets its own result, and the next LLM call
+    carries them back as tool messages, as the framework sends them."""
+    session = await open_session(client)
+    llm = openai_at(client, session)
+    messages = [m.model_dump() for m in session.observation]
+    first = await llm.chat.completions.create(model=MODEL, messages=messages, tools=session.tools)
+    [call] = first.choices[0].message.tool_calls
+    listed = await client.post(f"/v1/sessions/{session.session_id}/tool_calls/{call.id}")
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": listed.json()["content"]},
+    ]
+    second = await llm.chat.completions.create(model=MODEL, messages=messages, tools=session.tools)
+    write, again = second.choices[0].message.tool_calls
+    url = f"/v1/sessions/{session.session_id}/tool_calls"
+    answered = [await client.post(f"{url}/{c.id}") for c in (again, write, again)]
+    assert [a.status_code for a in answered] == [200, 200, 200]
+    assert answered[0].json() == answered[2].json()  # asked twice: the same result
+    assert "a.txt" in answered[0].json()["content"]  # the write ran first, as written
+    assert not answered[1].json()["terminated"]
+    stale = await client.post(f"{url}/{call.id}")  # a call of an earlier answer
+    assert stale.status_code == 404 and "last model answer" in stale.json()["message"]
+    closed = (await client.delete(f"/v1/sessions/{session.session_id}")).json()
+    assert closed["valid"] and len(engine.prompts) == 2
