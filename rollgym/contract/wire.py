@@ -488,7 +488,16 @@ class ToolCallResult(BaseModel):
     calls; each call's id then gets its own result."""
 
     call_id: str
-    content: str = Field(description="the env's tool message answering this call")
+    content: str | None = Field(
+        description="the env's tool message answering this call; None when the env did not "
+        "answer call by call (see observation)"
+    )
+    observation: list[EnvMessage] | None = Field(
+        None,
+        description="when the env answered the answer as a whole (refused a call with a user "
+        "message...): its messages, which the agent's next LLM call must carry as they are "
+        "(its framework's run stops here)",
+    )
     terminated: bool = Field(description="the step that ran the calls ended the episode")
     truncated: bool
 

@@ -363,7 +363,8 @@ class SessionManager:
     async def tool_call(self, session_id: str, call_id: str, *, agent: str) -> ToolCallResult:
         """The result of the last answer's tool call ``call_id``: the first one asked for
         steps the env with the answer (it runs all the answer's calls), each call's id then
-        gets the tool message that answers it."""
+        gets the tool message that answers it (or, from an env that answered the answer as
+        a whole, its messages as they are)."""
         session = self._get(session_id, agent)
         async with session.lock:
             if call_id in session.tool_results:
@@ -373,21 +374,17 @@ class SessionManager:
                     f"no tool call {call_id!r} in session {session.id}'s last model answer "
                     "(each answer's call ids are good until the next step)"
                 )
+            ids = session.answer.tool_call_ids
             step = await self._step(session, None)
-            if step.tool_call_ids is None:
-                raise Conflict(
-                    f"{session.request.env_id} did not answer each tool call with one tool "
-                    "message (it stepped the answer as a whole): read the step's observation "
-                    "with model_answer steps instead"
-                )
             session.tool_results = {
-                answered: ToolCallResult(
-                    call_id=answered,
-                    content=message.content,
+                asked: ToolCallResult(
+                    call_id=asked,
+                    content=content,
+                    observation=None if step.tool_call_ids else step.observation,
                     terminated=step.terminated,
                     truncated=step.truncated,
                 )
-                for answered, message in zip(step.tool_call_ids, step.observation, strict=True)
+                for asked, content in _contents(ids, step)
             }
             return session.tool_results[call_id]
 
@@ -561,6 +558,14 @@ def _answered_calls(
     if ids and len(observation) == len(ids) and all(m["role"] == "tool" for m in observation):
         return ids
     return None
+
+
+def _contents(ids: Sequence[str], step: SessionStepResult) -> list[tuple[str, str | None]]:
+    """Each call id with the tool message's content answering it (None for every id when
+    the env did not answer call by call)."""
+    if step.tool_call_ids is None:
+        return [(call_id, None) for call_id in ids]
+    return [(i, m.content) for i, m in zip(step.tool_call_ids, step.observation, strict=True)]
 
 
 def _plain(info: dict[str, Any]) -> dict[str, object]:

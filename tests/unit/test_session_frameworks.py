@@ -163,3 +163,23 @@ async def test_each_tool_call_runs_by_its_id_and_the_env_steps_once(client, engi
     assert stale.status_code == 404 and "last model answer" in stale.json()["message"]
     closed = (await client.delete(f"/v1/sessions/{session.session_id}")).json()
     assert closed["valid"] and len(engine.prompts) == 2
+
+
+async def test_calls_the_env_answers_as_a_whole_come_back_as_its_messages(tmp_path, codec) -> None:
+    """A call the env refuses (here: arguments its schema rejects) is answered with the
+    env's own message, not a tool message: each id says so and carries the messages."""
+    bad = '<tool_call>{"name": "write_file", "arguments": {"path": "a.txt"}}</tool_call>'
+    engine = FakeEngine(lambda prompt: [*codec.encode(bad), codec.eos_id])
+    async with in_process(sandboxed_app(tmp_path, engine)) as client:
+        session = await open_session(client)
+        llm = openai_at(client, session)
+        messages = [m.model_dump() for m in session.observation]
+        said = await llm.chat.completions.create(
+            model=MODEL, messages=messages, tools=session.tools
+        )
+        [call] = said.choices[0].message.tool_calls
+        result = await client.post(f"/v1/sessions/{session.session_id}/tool_calls/{call.id}")
+        answer = result.json()
+        assert answer["content"] is None
+        assert [m["role"] for m in answer["observation"]] == ["user"]
+        assert "content" in answer["observation"][0]["content"]  # names the missing argument
