@@ -62,7 +62,7 @@ class ToolCallParser:
         logging.getLogger("vllm.tool_parsers").setLevel(logging.CRITICAL)
         self.family = family
         self._parser_class = ToolParserManager.get_tool_parser(family)
-        self._tokenizer = tokenizer if tokenizer is not None else _NoVocabulary()
+        self._tokenizer: Any = tokenizer if tokenizer is not None else _NoVocabulary()
         self._new_parser()  # a tokenizer without the family's markers fails now, not per call
 
     def _new_parser(self) -> Any:

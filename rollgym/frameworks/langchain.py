@@ -32,7 +32,7 @@ def chat_model(session: AgentSession, **options: Any) -> ChatOpenAI:
     return ChatOpenAI(
         model=session.model,
         base_url=session.base_url,
-        api_key=session.api_key,  # type: ignore[arg-type]  # a str is what it takes
+        api_key=session.api_key,
         http_async_client=session.http,
         **options,
     )

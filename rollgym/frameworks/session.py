@@ -54,7 +54,12 @@ class AgentSession:
         self.over = False  # the env ended (or cut) the episode
         self.closed: SessionClosed | None = None
         self.base_url = str(http.base_url.join(f"/v1/sessions/{created.session_id}/v1"))
-        self.openai = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, http_client=http)
+        # openai 3 types its client on httpx2 and takes an httpx one as well (its _httpx2)
+        self.openai = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=key,
+            http_client=http,  # type: ignore[arg-type]
+        )
         self._owns_http = False
 
     @classmethod
