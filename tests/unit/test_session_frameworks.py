@@ -9,6 +9,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+from fastapi import FastAPI
 from server_fakes import ADMIN, AGENT_KEY, in_process, sandboxed_app
 
 from rollgym.contract.wire import SessionCreated
@@ -183,3 +184,42 @@ async def test_calls_the_env_answers_as_a_whole_come_back_as_its_messages(tmp_pa
         assert answer["content"] is None
         assert [m["role"] for m in answer["observation"]] == ["user"]
         assert "content" in answer["observation"][0]["content"]  # names the missing argument
+
+
+class LosesTheFirstAnswer(httpx.AsyncBaseTransport):
+    """The app's transport, but the first chat answer is lost on its way back (a timeout
+    after the server answered): what makes an OpenAI client retry."""
+
+    def __init__(self, app: FastAPI):
+        self.inner = httpx.ASGITransport(app=app)
+        self.lost = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.url.path.endswith("/chat/completions") and not self.lost:
+            self.lost += 1
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+
+async def test_the_openai_clients_own_retry_gets_the_recorded_turn(tmp_path, engine) -> None:
+    app = sandboxed_app(tmp_path, engine)
+    transport = LosesTheFirstAnswer(app)
+    async with in_process(app) as client:
+        session = await open_session(client)
+        async with httpx.AsyncClient(transport=transport) as lossy:
+            llm = openai.AsyncOpenAI(  # max_retries: the client's default (2)
+                base_url=f"http://server/v1/sessions/{session.session_id}/v1",
+                api_key=AGENT_KEY,
+                http_client=lossy,
+            )
+            messages = [m.model_dump() for m in session.observation]
+            said = await llm.chat.completions.create(
+                model=MODEL, messages=messages, tools=session.tools
+            )
+        assert transport.lost == 1 and len(engine.prompts) == 1  # retried, generated once
+        [call] = said.choices[0].message.tool_calls
+        stepped = await client.post(
+            f"/v1/sessions/{session.session_id}/step", json={"model_answer": True}
+        )
+        assert stepped.json()["tool_call_ids"] == [call.id]
