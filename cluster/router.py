@@ -278,8 +278,21 @@ def _group_slot(cluster: Cluster, name: Hashable, size: int) -> Slot:
 
 
 async def step_session(request: Request) -> Response:
+    return await _to_session(request, "session_step")
+
+
+async def session_tool_call(request: Request) -> Response:
+    return await _to_session(request, "session_tool_call")
+
+
+async def session_chat(request: Request) -> Response:
+    """A chat call at the session's own base URL: to the server that holds the session."""
+    return await _to_session(request, "chat_session")
+
+
+async def _to_session(request: Request, route: str) -> Response:
     cluster, session_id = get_cluster(request), request.path_params["session_id"]
-    return await forward(cluster, _session_slot(cluster, session_id), request, "session_step")
+    return await forward(cluster, _session_slot(cluster, session_id), request, route)
 
 
 async def close_session(request: Request) -> Response:
@@ -371,8 +384,10 @@ PASS_THROUGH = (
     (api.MODELS, models),
     (api.SESSION_CREATE, create_session),
     (api.SESSION_STEP, step_session),
+    (api.SESSION_TOOL_CALL, session_tool_call),
     (api.SESSION_CLOSE, close_session),
     (api.CHAT, chat),
+    (api.SESSION_CHAT, session_chat),
     (api.COMPLETIONS, completions),
     (api.DASHBOARD_PAGE, dashboard_page),
     (api.DASHBOARD_ASSET, dashboard_page),  # after /dashboard/data (FastAPI's)

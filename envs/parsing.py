@@ -1,5 +1,8 @@
 """Strict parsing of the agent's message: fenced code blocks and ``<tool_call>`` tags.
 
+Tool calls are read by vLLM's parser of the Hermes family (``envs.toolformats``), the format
+the envs' tools are taught in; what is checked here is what the agent is told to fix.
+
 Both parsers either return exactly what the agent meant or raise ``ActionError`` whose text
 tells the agent what to fix; envs send that text back as feedback. Nothing is guessed: an
 unclosed fence or tag, two blocks where one is expected, a language that does not fit, bad
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollgym.envs.errors import ActionError
+from rollgym.envs.toolformats import hermes
 from rollgym.envs.tools import Tool, ToolCall
 from rollgym.envs.untrusted import MAX_DEPTH, json_depth, text_problem
 
@@ -30,7 +34,6 @@ _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*$")
 _CLOSE = re.compile(r"^[ \t]*```[ \t]*$")
 _TOOL_OPEN = "<tool_call>"
 _TOOL_CLOSE = "</tool_call>"
-_TOOL_CALL = re.compile(re.escape(_TOOL_OPEN) + r"(.*?)" + re.escape(_TOOL_CLOSE), re.DOTALL)
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -81,40 +84,44 @@ def has_tool_call(text: str) -> bool:
 
 
 def parse_tool_calls(text: str, tools: Sequence[Tool], *, max_calls: int = 8) -> list[ToolCall]:
-    """Every ``<tool_call>`` in ``text``, checked against ``tools``; [] when there is none."""
+    """Every ``<tool_call>`` in ``text``, read by vLLM's Hermes parser and checked against
+    ``tools``; [] when there is none."""
     opened, closed = text.count(_TOOL_OPEN), text.count(_TOOL_CLOSE)
     if opened != closed:
         raise ActionError(
             f"Unbalanced tool-call tags: {opened} <tool_call> and {closed} </tool_call>."
         )
-    bodies = _TOOL_CALL.findall(text)
-    if len(bodies) > max_calls:
-        raise ActionError(f"Too many tool calls ({len(bodies)}); at most {max_calls} per turn.")
-    by_name = {tool.name: tool for tool in tools}
-    for index, body in enumerate(bodies, start=1):
-        if (depth := json_depth(body)) > MAX_DEPTH:
-            raise ActionError(
-                f"Tool call {index}: the JSON is nested {depth} deep; at most {MAX_DEPTH} levels."
-            )
-    return [_parse_one(body, index, by_name) for index, body in enumerate(bodies, start=1)]
-
-
-def _parse_one(body: str, index: int, tools: dict[str, Tool]) -> ToolCall:
-    if _TOOL_OPEN in body:
-        raise ActionError(f"Tool call {index}: tool-call tags cannot be nested.")
-    try:
-        payload = json.loads(body, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise ActionError(f"Tool call {index}: invalid JSON ({_json_problem(exc)}).") from exc
-    if not isinstance(payload, dict) or set(payload) != {"name", "arguments"}:
+    if opened > max_calls:
+        raise ActionError(f"Too many tool calls ({opened}); at most {max_calls} per turn.")
+    if not opened:
+        return []
+    if (depth := json_depth(text)) > MAX_DEPTH:
         raise ActionError(
-            f'Tool call {index}: expected {{"name": ..., "arguments": {{...}}}} '
-            "with exactly those two keys."
+            f"The tool call's JSON is nested {depth} deep; at most {MAX_DEPTH} levels."
         )
-    name, arguments = payload["name"], payload["arguments"]
+    read = hermes().read(text, [tool.to_openai() for tool in tools])
+    if len(read.calls) != opened:
+        raise ActionError(
+            "A tool call could not be read: write each one as "
+            '<tool_call>{"name": ..., "arguments": {...}}</tool_call> in valid JSON, '
+            "one call per pair of tags."
+        )
+    by_name = {tool.name: tool for tool in tools}
+    return [
+        _checked(name, arguments, index, by_name)
+        for index, (name, arguments) in enumerate(read.calls, start=1)
+    ]
+
+
+def _checked(name: Any, arguments_text: str, index: int, tools: dict[str, Tool]) -> ToolCall:
+    """The call, if it names one of ``tools`` with arguments that fit its schema."""
     if not isinstance(name, str) or name not in tools:
         known = ", ".join(sorted(tools)) or "none"
         raise ActionError(f"Tool call {index}: unknown tool {name!r}. Available tools: {known}.")
+    try:
+        arguments = json.loads(arguments_text, parse_constant=_reject_constant)
+    except ValueError as exc:  # NaN and Infinity, which vLLM's parser lets through
+        raise ActionError(f"Tool call {index}: invalid JSON ({exc}).") from exc
     if not isinstance(arguments, dict):
         raise ActionError(f"Tool call {index}: 'arguments' must be a JSON object.")
     if problem := text_problem(arguments):
@@ -125,9 +132,3 @@ def _parse_one(body: str, index: int, tools: dict[str, Tool]) -> ToolCall:
 
 def _reject_constant(constant: str) -> Any:
     raise ValueError(f"{constant} is not valid JSON")
-
-
-def _json_problem(exc: Exception) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-    return str(exc)

@@ -33,6 +33,7 @@ from rollgym.engine.precision import admitted_verdict, serving_precision
 from rollgym.engine.weights.safetensors_check import checkpoint_files
 from rollgym.engine.weights.store import PolicyStore
 from rollgym.engine.weights.updater import WeightUpdater, restore_policy
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.sandboxes.base import SandboxPool
 from rollgym.sandboxes.metrics import MetricsSink
 from rollgym.server.access.agent_keys import AgentKeys, QuotaLedger
@@ -108,6 +109,7 @@ async def _services(
         stack.push_async_callback(engine.close)
         weights = await _weight_updater(settings, engine, metrics)
         codec = ChatCodec.from_model_dir(settings.engine.model_dir)
+        tool_parser = ToolCallParser(settings.tool_parser, codec.tokenizer)
         cost = _cost_meter(settings, engine)
         metrics.registry.register(CostCollector(lambda: live_board(cost, recorder)))
         buffer = await stack.enter_async_context(
@@ -158,6 +160,7 @@ async def _services(
             engine=engine,
             policy=policy,
             codec=codec,
+            tool_parser=tool_parser,
             buffer=buffer,
             runner=runner,
             episodes=episodes,

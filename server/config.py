@@ -206,6 +206,13 @@ class ServerSettings(BaseSettings):
         description="agent keys and quotas (server.access.agent_keys)",
     )
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    tool_parser: str = Field(
+        "hermes",
+        min_length=1,
+        description="vLLM's tool parser of the served model's family (a --tool-call-parser "
+        "name: hermes, llama3_json, mistral, qwen3_coder...); `rollgym run` and `rollgym "
+        "doctor` take the model catalog's for a catalog model",
+    )
     buffer: BufferConfig = Field(default_factory=BufferConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)

@@ -154,7 +154,6 @@ async def play_episode(
         base_url=str(http.base_url.join("/v1")),
         api_key=key,
         default_headers={SESSION_HEADER: episode.session_id},
-        max_retries=0,  # a retried call would be a second model turn
     )
     agent = Agent(
         name="rollgym-agent",

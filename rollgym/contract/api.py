@@ -51,6 +51,7 @@ from rollgym.contract.wire import (
     SessionCreated,
     SessionStep,
     SessionStepResult,
+    ToolCallResult,
     WeightsFromPath,
     WeightUpdateResult,
 )
@@ -95,8 +96,20 @@ SESSION_CREATE = Route(
 SESSION_STEP = Route(
     "POST", "/v1/sessions/{session_id}/step", SessionStep, SessionStepResult, auth="agent"
 )
+SESSION_TOOL_CALL = Route(
+    "POST", "/v1/sessions/{session_id}/tool_calls/{call_id}", None, ToolCallResult, auth="agent"
+)
 SESSION_CLOSE = Route("DELETE", "/v1/sessions/{session_id}", None, SessionClosed, auth="agent")
 CHAT = Route("POST", "/v1/chat/completions", ChatCompletionRequest, ChatCompletion, auth="agent")
+# CHAT at a session's own base URL (``.../v1/sessions/{id}/v1``): any OpenAI client joins the
+# session with that base URL alone, no header and no extra body
+SESSION_CHAT = Route(
+    "POST",
+    "/v1/sessions/{session_id}/v1/chat/completions",
+    ChatCompletionRequest,
+    ChatCompletion,
+    auth="agent",
+)
 COMPLETIONS = Route("POST", "/v1/completions", CompletionRequest, Completion, auth="agent")
 
 # --- admin (the admin token) -----------------------------------------------------------------
@@ -120,7 +133,8 @@ TRAINER_REPORT = Route(
 
 ROUTES: tuple[Route[Any], ...] = (
     HEALTH, POLICY, MODELS, METRICS, DASHBOARD_PAGE, DASHBOARD_DATA, DASHBOARD_ASSET,
-    SESSION_CREATE, SESSION_STEP, SESSION_CLOSE, CHAT, COMPLETIONS,
+    SESSION_CREATE, SESSION_STEP, SESSION_TOOL_CALL, SESSION_CLOSE, CHAT, SESSION_CHAT,
+    COMPLETIONS,
     WEIGHTS_UPLOAD, WEIGHTS_FROM_PATH, NCCL_INIT, NCCL_UPDATE, ROLLOUTS_START, ROLLOUTS,
     ROLLOUTS_STOP, EVALUATE, PULL, ACK, ARCHIVE, TRAINER_REPORT,
 )  # fmt: skip

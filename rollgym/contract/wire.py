@@ -482,6 +482,26 @@ class SessionStepResult(BaseModel):
     )
 
 
+class ToolCallResult(BaseModel):
+    """One tool call of the model's last answer, run: what a framework's tool function
+    returns. The first call asked for steps the env with the answer, which runs all its
+    calls; each call's id then gets its own result."""
+
+    call_id: str
+    content: str | None = Field(
+        description="the env's tool message answering this call; None when the env did not "
+        "answer call by call (see observation)"
+    )
+    observation: list[EnvMessage] | None = Field(
+        None,
+        description="when the env answered the answer as a whole (refused a call with a user "
+        "message...): its messages, which the agent's next LLM call must carry as they are "
+        "(its framework's run stops here)",
+    )
+    terminated: bool = Field(description="the step that ran the calls ended the episode")
+    truncated: bool
+
+
 class SessionClosed(BaseModel):
     session_id: str
     trajectory_id: str | None = Field(description="None when the episode had no model turn")

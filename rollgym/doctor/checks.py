@@ -15,9 +15,9 @@ pure over a ``ChatCodec`` and plain messages; ``probes`` has the checks that sta
   A template that drops an earlier turn's reasoning (``<think>...</think>``, as some
   reasoning models' do) fails on the probe conversation's second turn.
 * ``tool_round_trip``: a tool call the template renders (``tool_calls``) must parse back
-  to the same call with the envs' parser (``envs.parsing``) and the server's (the OpenAI
-  route's, ``server.conversation.toolcalls``): a model pretrained on its template's format
-  then writes calls both can read. A template that renders no tool call passes (rollgym
+  to the same call with the envs' parser (``envs.parsing``) and the server's (vLLM's parser
+  of the served model's family, the server's ``tool_parser``: ``server.conversation.toolcalls``):
+  a model pretrained on its template's format then writes calls both can read. A template that renders no tool call passes (rollgym
   lists the tools and the format in the system message itself).
 * ``context_fits``: the opening prompt plus max turns x (max tokens + the env's reply)
   within ``max_model_len`` (``server.rollout.budget``), or episodes are cut by the context.
@@ -32,12 +32,14 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.conversation.codec import (
     ChatCodec,
     ChatInputError,
     ChatTemplateError,
     TemplateMessage,
 )
+from rollgym.server.conversation.toolcalls import read_tool_calls
 from rollgym.server.rollout.budget import ContextBudget
 
 Status = Literal["pass", "fail", "skip"]
@@ -125,13 +127,12 @@ def template_prefix(
     return Check(PREFIX, "pass", f"{len(turns)} turns, {len(context)} tokens, identical both ways")
 
 
-def tool_round_trip(codec: ChatCodec, tools: list[dict[str, Any]]) -> Check:
+def tool_round_trip(codec: ChatCodec, tools: list[dict[str, Any]], parser: ToolCallParser) -> Check:
     """The template's rendering of a call to the first tool, parsed back by the envs' parser
-    and the server's."""
+    and the server's (``parser``)."""
     from rollgym.envs.errors import ActionError
     from rollgym.envs.parsing import parse_tool_calls
     from rollgym.envs.tools import Tool
-    from rollgym.server.conversation import toolcalls
 
     declared = [Tool(**_tool_fields(t)) for t in tools]
     tool = declared[0]
@@ -159,10 +160,18 @@ def tool_round_trip(codec: ChatCodec, tools: list[dict[str, Any]]) -> Check:
         return Check(TOOLS, "fail", f"the template writes {shown}; the envs' parser: {exc}")
     if [(c.name, c.arguments) for c in parsed] != [(tool.name, arguments)]:
         return Check(TOOLS, "fail", f"the template writes {shown}; the envs read {parsed}")
-    served = toolcalls.parse_tool_calls(written, [tool.name]).calls
+    served = read_tool_calls(written, tools, parser).calls
     if [(c.name, json.loads(c.arguments)) for c in served] != [(tool.name, arguments)]:
-        return Check(TOOLS, "fail", f"the template writes {shown}; the server reads {served}")
-    return Check(TOOLS, "pass", f"{tool.name}({json.dumps(arguments)}) rendered and parsed back")
+        return Check(
+            TOOLS,
+            "fail",
+            f"the template writes {shown}; the server ({parser.family} parser) reads {served}",
+        )
+    return Check(
+        TOOLS,
+        "pass",
+        f"{tool.name}({json.dumps(arguments)}) rendered and parsed back ({parser.family} parser)",
+    )
 
 
 def context_fits(budget: ContextBudget) -> Check:

@@ -25,6 +25,11 @@ def add_doctor_command(commands: argparse._SubParsersAction) -> None:
     doctor.add_argument("--max-model-len", type=int, default=2048, help="the engine's context")
     doctor.add_argument("--tolerance", type=float, default=0.02, help="logprob gap allowed")
     doctor.add_argument(
+        "--tool-parser",
+        help="vLLM's tool parser of the model's family (the server's tool_parser setting); "
+        "default: the model catalog's, else hermes",
+    )
+    doctor.add_argument(
         "--no-logprobs", action="store_true", help="skip the vLLM/transformers comparison"
     )
     doctor.set_defaults(handler=_doctor)
@@ -49,6 +54,7 @@ def _doctor(args: argparse.Namespace) -> int:
             max_model_len=args.max_model_len,
             logprobs=not args.no_logprobs,
             tolerance=args.tolerance,
+            tool_parser=args.tool_parser,
         )
     except ValueError as exc:  # pydantic's ValidationError is one too
         print(f"rollgym doctor: {exc}", file=sys.stderr)

@@ -51,6 +51,9 @@ class DoctorConfig(BaseModel):
     max_model_len: int = Field(2048, ge=64, description="the engine's context")
     logprobs: bool = Field(True, description="start vLLM and transformers to compare them")
     tolerance: float = Field(0.02, gt=0, description="largest logprob difference allowed")
+    tool_parser: str | None = Field(
+        None, description="vLLM's tool parser the server reads calls with; default: the catalog's"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +104,7 @@ def doctor(config: DoctorConfig) -> Report:
     if config.env_id is None:
         for name in (CONTEXT, ENV, probes.SANDBOX):
             found[name] = Check(name, "skip", "no env named")
-        found[TOOLS] = tool_round_trip(codec, [PROBE_TOOL])
+        found[TOOLS] = _tools_check(codec, [PROBE_TOOL], config)
     else:
         with _env(config, found) as env:
             if env is not None and (played := _play(env, config, codec, found)) is not None:
@@ -192,9 +195,22 @@ def _play(
     found[ENV] = Check(ENV, "pass", f"{len(turns)} turns played from its opening")
     tools = env_tools(env)
     no_tools = Check(TOOLS, "skip", "the env has no tools")
-    found[TOOLS] = tool_round_trip(codec, tools) if tools else no_tools
+    found[TOOLS] = _tools_check(codec, tools, config) if tools else no_tools
     budget = opening_budget(
         codec, env, opening, max_tokens=config.max_tokens, max_model_len=config.max_model_len
     )
     found[CONTEXT] = context_fits(budget)
     return opening, turns, tools
+
+
+def _tools_check(codec: Any, tools: list[dict[str, Any]], config: DoctorConfig) -> Check:
+    """``tool_round_trip`` with the parser the server would use for the model."""
+    from rollgym.envs.toolformats import ToolCallParser, ToolParserError
+    from rollgym.models.catalog import tool_parser_for
+
+    family = config.tool_parser or tool_parser_for(config.model_dir)
+    try:
+        parser = ToolCallParser(family, codec.tokenizer)
+    except ToolParserError as exc:
+        return Check(TOOLS, "fail", str(exc))
+    return tool_round_trip(codec, tools, parser)

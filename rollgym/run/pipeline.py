@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym.contract import paths
 from rollgym.contract.wire import RolloutJob, SamplingSettings
+from rollgym.models.catalog import tool_parser_for
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process
 from rollgym.run.demos import GUESS_ID, GUESS_RULES, ComputeDemos, GuessDemos
@@ -399,6 +400,10 @@ def _rollout_server(
         yield client_config
         return
     settings = config.task.sandbox_settings()
+    # the warm start's weights keep the family of the model they started from
+    settings["ROLLGYM_TOOL_PARSER"] = os.environ.get(
+        "ROLLGYM_TOOL_PARSER", tool_parser_for(config.model_dir)
+    )
     if config.servers > 1:
         printer(f"[2/5] starting {config.servers} rollout servers on Ray behind a router")
         with ClusterProcess(

@@ -1,20 +1,18 @@
-"""Tool calls out of a completion's text, in the format the served chat templates teach.
+"""Tool calls out of a completion's text, read by vLLM's parser of the served model's family.
 
-Both models the project serves call a tool by writing a tagged JSON object (Qwen2/Hermes
-style) after any text of their own::
+The server's ``tool_parser`` setting names vLLM's parser of the served model's family
+(``envs.toolformats.ToolCallParser``; default ``hermes``, the format the default model's
+template teaches, and the one ``ChatCodec`` lists in the system message for templates that
+ignore tools)::
 
     Let me compute it.
     <tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>
 
-The default model's chat template teaches that format; SmolLM2's ignores tools, so
-``ChatCodec`` lists them in the system message in the same format (``tool_instructions``).
-
-``parse_tool_calls`` is all or nothing: when every tagged block is a JSON object naming a
-declared tool, with ``arguments`` an object (or a JSON text of one, as a template that
-renders OpenAI's ``arguments`` strings shows them), the text outside the blocks is the
-content and the blocks are the calls; otherwise the whole text is content and there are no
-calls, so the client sees what the model wrote. Parsing only shapes the answer: the
-sampled token ids are recorded as they are.
+Reading is all or nothing: when vLLM's parser finds calls and every one names a declared
+tool with ``arguments`` a JSON object (or a JSON text of one, as a template that renders
+OpenAI's ``arguments`` strings shows them), its content and calls are the answer; otherwise
+the whole text is content and there are no calls, so the client sees what the model wrote.
+Parsing only shapes the answer: the sampled token ids are recorded as they are.
 
 >>> parse_tool_calls('Hi <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>', {"f"})
 ParsedReply(content='Hi', calls=[ParsedCall(name='f', arguments='{"x": 1}')])
@@ -24,12 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
+from rollgym.envs.toolformats import ToolCallParser, hermes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,28 +40,38 @@ class ParsedReply:
     calls: list[ParsedCall]
 
 
-def parse_tool_calls(text: str, tool_names: Collection[str]) -> ParsedReply:
-    """``text`` as content and tool calls of the tools named ``tool_names`` (see above)."""
+def read_tool_calls(
+    text: str, tools: Sequence[dict[str, Any]], parser: ToolCallParser
+) -> ParsedReply:
+    """``text`` as content and calls of ``tools`` (OpenAI tool dicts) read by ``parser``,
+    all or nothing (see above)."""
     as_text = ParsedReply(content=text, calls=[])
-    if text.count(OPEN) != text.count(CLOSE) or not text.count(OPEN):
-        return as_text
-    calls = [_call(body, tool_names) for body in _BLOCK.findall(text)]
+    names = {tool["function"]["name"] for tool in tools}
+    read = parser.read(text, tools)
+    calls = [_call(name, arguments, names) for name, arguments in read.calls]
     if not calls or any(call is None for call in calls):
         return as_text
-    content = _BLOCK.sub("", text).strip()
+    content = (read.content or "").strip()
     return ParsedReply(content=content or None, calls=[c for c in calls if c is not None])
 
 
-def _call(body: str, tool_names: Collection[str]) -> ParsedCall | None:
-    payload = _json(body)
-    if not isinstance(payload, dict) or set(payload) != {"name", "arguments"}:
+def parse_tool_calls(
+    text: str, tool_names: Collection[str], *, parser: ToolCallParser | None = None
+) -> ParsedReply:
+    """``read_tool_calls`` of the tools named ``tool_names`` (default: the Hermes family's
+    parser)."""
+    tools = [{"type": "function", "function": {"name": name}} for name in tool_names]
+    return read_tool_calls(text, tools, parser or hermes())
+
+
+def _call(name: str, arguments: str, tool_names: Collection[str]) -> ParsedCall | None:
+    """The call if it names a declared tool with a JSON object (or a JSON text of one)."""
+    value = _json(arguments)
+    if isinstance(value, str):
+        value = _json(value)
+    if name not in tool_names or not isinstance(value, dict):
         return None
-    name, arguments = payload["name"], payload["arguments"]
-    if isinstance(arguments, str):
-        arguments = _json(arguments)
-    if not isinstance(name, str) or name not in tool_names or not isinstance(arguments, dict):
-        return None
-    return ParsedCall(name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+    return ParsedCall(name=name, arguments=json.dumps(value, ensure_ascii=False))
 
 
 def _json(text: str) -> Any:

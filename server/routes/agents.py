@@ -1,11 +1,14 @@
 """Agent-facing routes: health, metrics and the policy (open), external-agent sessions
-(an agent key: ``Authorization: Bearer <agent key>``, see ``server.access.agent_keys``)."""
+(an agent key: ``Authorization: Bearer <agent key>``, see ``server.access.agent_keys``),
+and each session's own OpenAI base URL (``/v1/sessions/{id}/v1``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import StreamingResponse
 
 from rollgym.contract import api
+from rollgym.contract.openai import ChatCompletion, ChatCompletionRequest
 from rollgym.contract.wire import (
     Health,
     PolicyInfo,
@@ -14,10 +17,13 @@ from rollgym.contract.wire import (
     SessionCreated,
     SessionStep,
     SessionStepResult,
+    ToolCallResult,
 )
+from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
 from rollgym.server.observability.metrics import CONTENT_TYPE
 from rollgym.server.routes.deps import AgentDep, ServicesDep
+from rollgym.server.routes.openai import chat_completions
 
 router = APIRouter()
 
@@ -58,6 +64,31 @@ async def step_session(
     session_id: str, body: SessionStep, services: ServicesDep, agent: AgentDep
 ) -> SessionStepResult:
     return await services.sessions.step(session_id, body.action, agent=agent.name)
+
+
+@declared(router, api.SESSION_TOOL_CALL)
+async def session_tool_call(
+    session_id: str, call_id: str, services: ServicesDep, agent: AgentDep
+) -> ToolCallResult:
+    return await services.sessions.tool_call(session_id, call_id, agent=agent.name)
+
+
+@declared(router, api.SESSION_CHAT)
+async def session_chat(
+    session_id: str,
+    body: ChatCompletionRequest,
+    response: Response,
+    services: ServicesDep,
+    agent: AgentDep,
+) -> ChatCompletion | StreamingResponse:
+    """The chat route at the session's base URL (``.../v1/sessions/{id}/v1``): every call
+    is a turn of that session, as with the ``X-Rollgym-Session`` header."""
+    if body.session_id not in (None, session_id):
+        raise BadRequest(
+            f"the body names session {body.session_id!r}, the URL session {session_id!r}: "
+            "drop session_id from the body (the base URL names the session)"
+        )
+    return await chat_completions(body, response, services, agent, session_id)
 
 
 @declared(router, api.SESSION_CLOSE)

@@ -14,6 +14,7 @@ from fastapi import Depends, Header, Request
 
 from rollgym.engine.base import PolicyEngine, ServingEngine
 from rollgym.engine.weights.updater import WeightUpdater
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.access.agent_keys import Agent, AgentKeys, QuotaLedger
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import ServerSettings
@@ -35,6 +36,7 @@ class Services:
     engine: ServingEngine
     policy: PolicyEngine  # the engine, metered
     codec: ChatCodec
+    tool_parser: ToolCallParser  # reads tool calls out of answers (settings.tool_parser)
     buffer: TrajectoryBuffer
     runner: RolloutRunner
     episodes: EpisodeRunner  # what the runner plays its episodes with (evaluations too)

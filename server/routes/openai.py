@@ -5,7 +5,8 @@ Every answer carries the policy version (body ``policy_version``, header
 ``session_id``) is recorded as that session's model turn; see ``server.sessions``.
 
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
-``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.conversation.toolcalls``);
+``tool_choice`` is ``none``) its tool calls are parsed out of it by vLLM's parser of the served
+model's family (``settings.tool_parser``, ``server.conversation.toolcalls``);
 the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
 and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
 answered (``server.sessions``). ``n`` choices are ``n`` generations of one
@@ -49,8 +50,9 @@ from rollgym.contract.openai import (
 )
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.conversation.codec import ChatCodec, ChatInputError
-from rollgym.server.conversation.toolcalls import parse_tool_calls
+from rollgym.server.conversation.toolcalls import read_tool_calls
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
 from rollgym.server.http.offload import by_size
@@ -90,7 +92,7 @@ async def chat_completions(
         raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
     with services.quotas.reserve_tokens(agent, body.n * sampling.max_tokens) as hold:
         if session_id is not None:
-            turn = _SessionAnswer(codec, body, answer_id)
+            turn = _SessionAnswer(codec, services.tool_parser, body, answer_id)
             generation = await services.sessions.generate(
                 session_id,
                 messages,
@@ -107,10 +109,11 @@ async def chat_completions(
             generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
             shown = None
         hold.charge(sum(len(g.token_ids) for g in generations))
+    made = (codec, services.tool_parser, body, generations, answer_id, shown)
     if shown is not None and not body.logprobs:  # nothing left to decode: no thread hop
-        choices = _choices(codec, body, generations, answer_id, shown)
+        choices = _choices(*made)
     else:
-        choices = await asyncio.to_thread(_choices, codec, body, generations, answer_id, shown)
+        choices = await asyncio.to_thread(_choices, *made)
     first = generations[0]
     version = min(g.policy_version for g in generations)
     completion = ChatCompletion(
@@ -226,6 +229,7 @@ async def _prompt_ids(codec: ChatCodec, prompt: str | list[int], max_model_len: 
 
 def _choices(
     codec: ChatCodec,
+    parser: ToolCallParser,
     body: ChatCompletionRequest,
     generations: Sequence[Generation],
     answer_id: str,
@@ -238,7 +242,8 @@ def _choices(
         if shown is not None:
             message = shown[index]
         else:
-            message = _message(body, _written(codec, body, generation), f"{answer_id}_{index}")
+            written = _written(codec, body, generation)
+            message = _message(parser, body, written, f"{answer_id}_{index}")
         called = message.tool_calls and generation.finish_reason == "stop"
         token_logprobs = _token_logprobs(codec, generation) if body.logprobs else None
         choices.append(
@@ -258,13 +263,15 @@ class _SessionAnswer:
     """A session turn's answer, made once as the session records it: the ``ModelAnswer`` it
     keeps (as written, as shown) and the message its client is shown (``shown``)."""
 
-    def __init__(self, codec: ChatCodec, body: ChatCompletionRequest, answer_id: str):
-        self._codec, self._body, self._answer_id = codec, body, answer_id
+    def __init__(
+        self, codec: ChatCodec, parser: ToolCallParser, body: ChatCompletionRequest, answer_id: str
+    ):
+        self._codec, self._parser, self._body, self._answer_id = codec, parser, body, answer_id
         self.shown: list[ChatMessageOut] = []
 
     def __call__(self, generation: Generation) -> ModelAnswer:
         written = _written(self._codec, self._body, generation)
-        message = _message(self._body, written, f"{self._answer_id}_0")
+        message = _message(self._parser, self._body, written, f"{self._answer_id}_0")
         self.shown = [message]
         ids = tuple(call.id for call in message.tool_calls or () if call.id is not None)
         return ModelAnswer(written=written, content=message.content or "", tool_call_ids=ids)
@@ -275,12 +282,14 @@ def _written(codec: ChatCodec, body: ChatCompletionRequest, generation: Generati
     return _before_stop(codec.decode(generation.token_ids), body.stop_strings)
 
 
-def _message(body: ChatCompletionRequest, text: str, call_prefix: str) -> ChatMessageOut:
+def _message(
+    parser: ToolCallParser, body: ChatCompletionRequest, text: str, call_prefix: str
+) -> ChatMessageOut:
     """The assistant's message as the client is shown it: ``text``, its tool calls parsed out
-    (ids ``call_<call_prefix>_<k>``)."""
+    by the served family's parser (ids ``call_<call_prefix>_<k>``)."""
     if not body.parses_tools:
         return ChatMessageOut(content=text)
-    reply = parse_tool_calls(text, {tool.function.name for tool in body.tools or ()})
+    reply = read_tool_calls(text, [tool.rendered() for tool in body.tools or ()], parser)
     calls = [
         ToolCall(
             id=f"call_{call_prefix}_{k}",

@@ -24,6 +24,12 @@ them back as its tool results. An action that is not the model's last answer (no
 before it, or a different text) is the agent's own: it enters the context as environment
 tokens, and the reward its step earns is not credited to the model (``server.conversation.recording``).
 
+Sessions fit how agent frameworks call: a retried LLM call (OpenAI's clients retry twice
+by default) gets the turn already recorded for it, never a second model turn; a call with
+``tools`` shows the model the env's tools as the env declared them, whatever the client
+made of them (pydantic-ai's ``"strict": true`` rewrites their schemas), so the episode
+trains on the prompt the env's own rollouts use.
+
 Agents reach only the envs and kwargs ``env_access`` opens to them (``server.access.env_access``);
 the kwargs are recorded on the trajectory. Request data is tokenized off the event loop,
 but for a turn's few new characters (``INLINE_CHARS``): a thread hop costs more than that.
@@ -64,6 +70,7 @@ from rollgym.contract.wire import (
     SessionCreate,
     SessionCreated,
     SessionStepResult,
+    ToolCallResult,
 )
 from rollgym.engine.base import Generation, PolicyEngine
 from rollgym.envs import aio
@@ -123,6 +130,14 @@ class ModelAnswer:
     tool_call_ids: tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """An LLM call as it was asked (messages, tools, stop texts) and what it generated."""
+
+    asked: tuple[list[TemplateMessage], list[dict[str, Any]] | None, tuple[str, ...]]
+    generation: Generation
+
+
 @dataclasses.dataclass
 class _Session:
     id: str
@@ -135,6 +150,8 @@ class _Session:
     pending: list[TemplateMessage] = dataclasses.field(default_factory=list)  # not yet in tokens
     last_stopped: bool = True
     answer: ModelAnswer | None = None  # the model's last answer, until a step follows it
+    last_call: _Call | None = None  # the LLM call that answer answered
+    tool_results: dict[str, ToolCallResult] = dataclasses.field(default_factory=dict)
     last_used: float = 0.0
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
 
@@ -273,10 +290,22 @@ class SessionManager:
 
         ``answer`` is what the agent gets of the generation (default: the decoded tokens,
         written and shown alike; the OpenAI route cuts stop texts and parses tool calls).
+        A call with ``tools`` renders the env's own tools into the prompt (when it has any).
+        A retry (the same messages, tools and stop texts as the call the last answer answered,
+        no step since) gets that answer's generation again: nothing is generated or recorded.
         """
         session = self._get(session_id, agent)
         async with session.lock:
             self._check_open(session)
+            asked = (list(messages), tools, tuple(stop))
+            last = session.last_call
+            if session.answer is not None and last is not None and last.asked == asked:
+                # a retry (OpenAI clients retry twice by default): the turn it asked for again
+                session.answer = (answer or self._decoded)(last.generation)
+                session.last_used = self._clock()
+                return last.generation
+            if tools:  # the env's tools as it declared them, whatever the client added
+                tools = env_tools(session.env) or tools
             added = _extension(session.conversation, messages)
             if session.record.transcript is not None and _chars(added) <= INLINE_CHARS:
                 context = self._context(session, added, tools)  # a usual turn: no thread hop
@@ -293,6 +322,7 @@ class SessionManager:
             )
             session.record.model_turn(context, generation)
             session.answer = (answer or self._decoded)(generation)
+            session.last_call = _Call(asked, generation)
             session.conversation += [
                 *added,
                 {"role": "assistant", "content": session.answer.content},
@@ -328,40 +358,72 @@ class SessionManager:
         """Step the env with ``action`` (None: the model's last answer as it wrote it)."""
         session = self._get(session_id, agent)
         async with session.lock:
-            self._check_open(session)
-            answer = session.answer
-            if action is None:
-                if answer is None:
-                    raise Conflict(
-                        f"session {session.id} has no model answer to step with: call the "
-                        "chat route with the session first (or send an action)"
-                    )
-                action = answer.written
-            step = await step_env(session.env, action, self._metrics)
-            models = answer is not None and action.strip() == answer.written.strip()
-            if not models:  # the agent's own action, not the model's: no credit, no turn
-                session.pending.append({"role": "assistant", "content": action})
-                session.conversation.append({"role": "assistant", "content": action})
-                session.record.said([{"role": "assistant", "content": action}])
-            session.record.env_step(step, answers_model_turn=models)
-            session.record.said(step.observation)
-            session.pending += step.observation
-            session.conversation += step.observation
-            session.answer = None
-            session.last_used = self._clock()
-            if step.infra_error is not None:
-                raise EnvFailure(
-                    f"{session.request.env_id} failed: {step.infra_error}. The episode is over "
-                    "and invalid (never trained on): DELETE the session"
+            return await self._step(session, action)
+
+    async def tool_call(self, session_id: str, call_id: str, *, agent: str) -> ToolCallResult:
+        """The result of the last answer's tool call ``call_id``: the first one asked for
+        steps the env with the answer (it runs all the answer's calls), each call's id then
+        gets the tool message that answers it (or, from an env that answered the answer as
+        a whole, its messages as they are)."""
+        session = self._get(session_id, agent)
+        async with session.lock:
+            if call_id in session.tool_results:
+                return session.tool_results[call_id]
+            if session.answer is None or call_id not in session.answer.tool_call_ids:
+                raise NotFound(
+                    f"no tool call {call_id!r} in session {session.id}'s last model answer "
+                    "(each answer's call ids are good until the next step)"
                 )
-            return SessionStepResult(
-                observation=step.observation,
-                reward=step.reward,
-                terminated=step.terminated,
-                truncated=step.truncated,
-                info=_plain(step.info),
-                tool_call_ids=_answered_calls(answer, step.observation) if models else None,
+            ids = session.answer.tool_call_ids
+            step = await self._step(session, None)
+            session.tool_results = {
+                asked: ToolCallResult(
+                    call_id=asked,
+                    content=content,
+                    observation=None if step.tool_call_ids else step.observation,
+                    terminated=step.terminated,
+                    truncated=step.truncated,
+                )
+                for asked, content in _contents(ids, step)
+            }
+            return session.tool_results[call_id]
+
+    async def _step(self, session: _Session, action: str | None) -> SessionStepResult:
+        """``step`` under the session's lock."""
+        self._check_open(session)
+        answer = session.answer
+        if action is None:
+            if answer is None:
+                raise Conflict(
+                    f"session {session.id} has no model answer to step with: call the "
+                    "chat route with the session first (or send an action)"
+                )
+            action = answer.written
+        step = await step_env(session.env, action, self._metrics)
+        models = answer is not None and action.strip() == answer.written.strip()
+        if not models:  # the agent's own action, not the model's: no credit, no turn
+            session.pending.append({"role": "assistant", "content": action})
+            session.conversation.append({"role": "assistant", "content": action})
+            session.record.said([{"role": "assistant", "content": action}])
+        session.record.env_step(step, answers_model_turn=models)
+        session.record.said(step.observation)
+        session.pending += step.observation
+        session.conversation += step.observation
+        session.answer = None
+        session.last_used = self._clock()
+        if step.infra_error is not None:
+            raise EnvFailure(
+                f"{session.request.env_id} failed: {step.infra_error}. The episode is over "
+                "and invalid (never trained on): DELETE the session"
             )
+        return SessionStepResult(
+            observation=step.observation,
+            reward=step.reward,
+            terminated=step.terminated,
+            truncated=step.truncated,
+            info=_plain(step.info),
+            tool_call_ids=_answered_calls(answer, step.observation) if models else None,
+        )
 
     async def close(
         self, session_id: str, *, agent: str | None = None, reason: str | None = None
@@ -496,6 +558,14 @@ def _answered_calls(
     if ids and len(observation) == len(ids) and all(m["role"] == "tool" for m in observation):
         return ids
     return None
+
+
+def _contents(ids: Sequence[str], step: SessionStepResult) -> list[tuple[str, str | None]]:
+    """Each call id with the tool message's content answering it (None for every id when
+    the env did not answer call by call)."""
+    if step.tool_call_ids is None:
+        return [(call_id, None) for call_id in ids]
+    return [(i, m.content) for i, m in zip(step.tool_call_ids, step.observation, strict=True)]
 
 
 def _plain(info: dict[str, Any]) -> dict[str, object]:

@@ -75,7 +75,7 @@ def test_the_router_answers_every_server_route_and_adds_only_its_own(
 
 
 def _call(route: api.Route[Any]) -> tuple[str, str]:
-    return route.method, route.url(session_id="s", name="dashboard.js")
+    return route.method, route.url(session_id="s", call_id="c", name="dashboard.js")
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ async def test_the_router_answers_every_path_of_the_servers_openapi(server_app, 
     assert len(operations) == len(DECLARED) - 2  # all but the dashboard page and its assets
     async with in_process(router_app, agent_key=None) as router:
         for method, path in operations:
-            url = path.format(session_id="s", name="dashboard.js")
+            url = path.format(session_id="s", call_id="c", name="dashboard.js")
             answer = await router.request(method, url, json={}, headers=CLUSTER_ADMIN)
             assert answer.status_code < 500, (method, path, answer.text)
             if answer.status_code >= 400:

@@ -19,10 +19,12 @@ from rollgym.doctor.checks import (
     tool_round_trip,
 )
 from rollgym.doctor.report import DoctorConfig, DoctorFailed, doctor, preflight
+from rollgym.envs.toolformats import ToolCallParser
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.rollout.budget import ContextBudget
 
 OPENING, TURNS = PROBE_CONVERSATION
+HERMES = ToolCallParser("hermes")
 CONTENT = "{{ message['content'] }}"
 
 
@@ -36,10 +38,10 @@ def codec_with(model_dir, edit) -> ChatCodec:
 def test_the_default_template_keeps_the_prefix_and_round_trips_tool_calls(codec) -> None:
     assert template_prefix(codec, OPENING, TURNS).status == "pass"
     assert template_prefix(codec, OPENING, TURNS, [PROBE_TOOL]).status == "pass"
-    check = tool_round_trip(codec, [PROBE_TOOL])
+    check = tool_round_trip(codec, [PROBE_TOOL], HERMES)
     assert (check.status, check.reason) == (
         "pass",
-        'python({"code": "print(1 + 1)"}) rendered and parsed back',
+        'python({"code": "print(1 + 1)"}) rendered and parsed back (hermes parser)',
     )
 
 
@@ -68,16 +70,30 @@ def test_tool_calls_in_a_format_the_parsers_cannot_read_fail(default_model_dir) 
             "[TOOL_CALLS]{{ call['function'] | tojson }}",
         ),
     )
-    check = tool_round_trip(mistral, [PROBE_TOOL])
+    check = tool_round_trip(mistral, [PROBE_TOOL], HERMES)
     assert check.status == "fail"
     assert "[TOOL_CALLS]" in check.reason and "the envs read []" in check.reason
+
+
+def test_the_round_trip_reads_with_the_servers_parser_of_the_models_family(codec) -> None:
+    """The default model writes Hermes calls: vLLM's pythonic parser reads none of them."""
+    check = tool_round_trip(codec, [PROBE_TOOL], ToolCallParser("pythonic", codec.tokenizer))
+    assert check.status == "fail" and "the server (pythonic parser) reads []" in check.reason
+
+
+def test_the_doctor_names_a_tool_parser_the_models_tokenizer_cannot_serve(
+    default_model_dir,
+) -> None:
+    config = DoctorConfig(model_dir=default_model_dir, logprobs=False, tool_parser="llama3_json")
+    [tools] = [c for c in doctor(config).checks if c.name == "tool calls round-trip"]
+    assert tools.status == "fail" and "'llama3_json' tool parser cannot read" in tools.reason
 
 
 def test_a_template_that_renders_no_tool_call_passes_with_the_reason(default_model_dir) -> None:
     silent = codec_with(
         default_model_dir, lambda t: t.replace("message.get('tool_calls')", "false")
     )
-    check = tool_round_trip(silent, [PROBE_TOOL])
+    check = tool_round_trip(silent, [PROBE_TOOL], HERMES)
     assert check.status == "pass" and "renders no tool call" in check.reason
 
 

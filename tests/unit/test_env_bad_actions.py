@@ -58,7 +58,7 @@ FEEDBACK = {
     ("rollgym/Shell-v0", "huge output"): "more characters cut",
     ("rollgym/Shell-v0", "binary output"): "exit code 0",
     ("rollgym/ToolUse-v0", "no code block"): "Call a tool",
-    ("rollgym/ToolUse-v0", "invalid tool-call JSON"): "invalid JSON",
+    ("rollgym/ToolUse-v0", "invalid tool-call JSON"): "could not be read",
     ("rollgym/ToolUse-v0", "unknown tool"): "unknown tool 'rm_rf'",
     ("rollgym/ToolUse-v0", "huge message"): "too long",
     ("rollgym/ToolUse-v0", "tool call nested 5,000 deep"): "nested 5002 deep",

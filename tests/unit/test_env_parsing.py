@@ -128,17 +128,17 @@ def test_parse_tool_calls_reads_every_call_in_order() -> None:
 @pytest.mark.parametrize(
     ("text", "complaint"),
     [
-        ("<tool_call>{not json}</tool_call>", "invalid JSON"),
+        ("<tool_call>{not json}</tool_call>", "could not be read"),
         ('<tool_call>{"name": "add", "arguments": {"a": NaN, "b": 1}}</tool_call>', "invalid JSON"),
         ('<tool_call>{"name": "sub", "arguments": {}}</tool_call>', "unknown tool 'sub'"),
         ('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', "'b' is a required"),
         ('<tool_call>{"name": "add", "arguments": {"a": "1", "b": 2}}</tool_call>', "not of type"),
         ('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2, "c": 3}}</tool_call>', "c"),
         ('<tool_call>{"name": "add", "arguments": "{}"}</tool_call>', "must be a JSON object"),
-        ('<tool_call>{"name": "add"}</tool_call>', "exactly those two keys"),
-        ('<tool_call>["add", {}]</tool_call>', "exactly those two keys"),
+        ('<tool_call>{"name": "add"}</tool_call>', "could not be read"),
+        ('<tool_call>["add", {}]</tool_call>', "could not be read"),
         ('<tool_call>{"name": "add", "arguments": {}}', "Unbalanced"),
-        ("<tool_call><tool_call>{}</tool_call></tool_call>", "nested"),
+        ("<tool_call><tool_call>{}</tool_call></tool_call>", "could not be read"),
         ('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>' * 9, "Too many"),
         # bounds on what the agent makes the host parse (issue 34): never the host's exception
         ("<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>", "nested 5000 deep"),
@@ -158,7 +158,7 @@ def test_parse_tool_calls_reads_every_call_in_order() -> None:
             '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1'
             + "0" * 5000
             + "}}</tool_call>",
-            "digits",
+            "could not be read",  # past Python's 4300 digits: vLLM's parser reads no call
         ),
     ],
 )

