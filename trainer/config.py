@@ -32,6 +32,7 @@ from pydantic import (
 
 from rollgym.contract.shape import RunShape
 from rollgym.trainer.errors import TrainerConfigError
+from rollgym.trainer.lora import LoraSettings
 
 C = TypeVar("C", bound=BaseModel)
 ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
@@ -148,6 +149,11 @@ class TrainerConfig(RunShape, _Config):
         "batch is above this (trainer.trust_region); None: every step stands",
     )
     seed: int = 0
+    lora: LoraSettings | None = Field(
+        None,
+        description="train LoRA adapters (trainer.lora) instead of every weight; None: full "
+        "fine-tuning",
+    )
     # --- weights, checkpoints, data
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
     checkpoint_every: int = Field(

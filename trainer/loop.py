@@ -138,6 +138,7 @@ def train(
             rollout_func=feed,
             sample_log=config.output_dir / "samples.jsonl" if config.log_samples else None,
             train_embeddings=config.train_embeddings,
+            peft_config=config.lora.peft_config() if config.lora is not None else None,
             max_step_kl=config.max_step_kl,
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed

@@ -28,6 +28,7 @@ from rollgym.contract.wire import SamplingSettings
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import GuardConfig, OnlineEvalConfig
 from rollgym.trainer.evaluate import evaluate_server
+from rollgym.trainer.lora import load_policy
 from rollgym.trainer.weights import WeightPusher
 
 POINTS_FILE = "online_eval.jsonl"
@@ -158,10 +159,8 @@ class OnlineEvaluation(TrainerCallback):
         staging.rename(best)  # never a half-written best
 
     def _roll_back(self, kw: dict[str, Any], point: OnlinePoint, best: OnlinePoint) -> None:
-        from transformers import AutoModelForCausalLM
-
         model = kw["model"]
-        saved = AutoModelForCausalLM.from_pretrained(self.output_dir / BEST_DIR, dtype="float32")
+        saved = load_policy(self.output_dir / BEST_DIR)
         model.load_state_dict(saved.state_dict())
         self.pusher.push(model)
         assert self.guard is not None

@@ -29,6 +29,7 @@ import torch
 from rollgym.contract.wire import WeightUpdateResult
 from rollgym.trainer.client import PART_BYTES, ServerClient
 from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
+from rollgym.trainer.lora import served_tensors
 
 _CODES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -68,8 +69,8 @@ class SafetensorsBody:
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> SafetensorsBody:
-        """``model``'s parameters, a tied tensor once."""
-        return cls(dict(model.named_parameters()))
+        """The weights the server serves for ``model`` (``trainer.lora.served_tensors``)."""
+        return cls(served_tensors(model))
 
     def __len__(self) -> int:
         return self._size
