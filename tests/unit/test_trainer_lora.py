@@ -148,3 +148,25 @@ def test_the_export_command_merges_a_checkpoint(tmp_path, default_model_dir, cap
         torch.testing.assert_close(tensor.detach(), fake.weights[-1][name], msg=name)
     assert main(["model", "export", str(default_model_dir), "--out", str(out)]) == 2
     assert "no LoRA adapter" in capsys.readouterr().out
+
+
+def test_a_lora_warm_start_saves_an_ordinary_model_changed_where_the_adapters_were(
+    tmp_path, default_model_dir
+) -> None:
+    from rollgym.run.demos import GuessDemos
+    from rollgym.run.warmstart import WarmStartConfig, warm_start
+
+    config = WarmStartConfig(
+        demos=GuessDemos(oracle_episodes=16, imperfect_episodes=0, drill_episodes=0),
+        epochs=1.0,
+        batch_size=8,
+        lora=LoraSettings(rank=4, target_modules=["q_proj", "v_proj"]),
+    )
+    out = warm_start(config, Path(default_model_dir), tmp_path / "warm")
+
+    assert not is_adapter_dir(out)
+    base = dict(AutoModelForCausalLM.from_pretrained(default_model_dir).named_parameters())
+    warm = dict(AutoModelForCausalLM.from_pretrained(out).named_parameters())
+    assert warm.keys() == base.keys()
+    changed = {k for k in base if not torch.equal(warm[k], base[k])}
+    assert changed and all(".q_proj.weight" in k or ".v_proj.weight" in k for k in changed)
