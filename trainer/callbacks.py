@@ -4,7 +4,8 @@
   server already serves them (``push_at_start``), so the server samples from exactly the
   trainer's weights, then let the caller start sampling; after
   every optimizer step, in this order: account the compute time, push weights (every
-  ``push_every`` steps and at the last), close the step's progress record, print the table.
+  ``push_every`` steps and at the last) and act on the server's canary verdict
+  (``trainer.canary``), close the step's progress record, print the table.
 * ``CheckpointLedgerCallback``: after TRL saved a checkpoint, write the data position and
   policy version into it, then ack the groups it covers (see ``trainer.checkpoint``).
 """
@@ -22,6 +23,7 @@ from rollgym.trainer.alarms import AlarmWatch, step_alarms
 from rollgym.trainer.checkpoint import write_state
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.errors import ServedWeightsMismatch
 from rollgym.trainer.feed import GroupFeed
 from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.progress import RunProgress, StepLog
@@ -52,6 +54,7 @@ class StepCallback(TrainerCallback):
         self.on_ready = on_ready
         self.printer = printer
         self.alarms = AlarmWatch(config.alarms)
+        self._canary_alarm: dict[str, float] = {}  # the last push's, for the step's record
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -85,7 +88,7 @@ class StepCallback(TrainerCallback):
         steps = self.progress.steps
         if "loss" not in logs or not steps or steps[-1].step != state.global_step:
             return  # not a step's log (the run's closing summary)
-        record = self.progress.add_alarms(step_alarms(logs))
+        record = self.progress.add_alarms({**step_alarms(logs), **self._canary_alarm})
         self.step_log.append(record)
         if self.printer is not None:
             self.printer(self.progress.render(total_steps=state.max_steps))
@@ -96,8 +99,23 @@ class StepCallback(TrainerCallback):
 
     def _push(self, model: Any) -> None:
         started = time.time()
-        self.pusher.push(model)
+        sync = self.pusher.push(model)
         self.progress.on_busy(started, time.time(), kind="sync")
+        canary = sync.server.canary if sync.server is not None else None
+        if canary is None:
+            return
+        self._canary_alarm = {"served_weights_mismatch": canary.mismatch}
+        if canary.passed:
+            return
+        line = (
+            f"SERVED WEIGHTS MISMATCH at version {canary.policy_version}: the server's logprobs "
+            f"of the canary's probes differ from the trainer's by up to {canary.mismatch:.4g} "
+            f"(tolerance {canary.tolerance:.4g}): it does not serve the weights pushed"
+        )
+        if self.config.canary is not None and self.config.canary.stop_on_mismatch:
+            raise ServedWeightsMismatch(line + " (canary.stop_on_mismatch: the run stops)")
+        if self.printer is not None:
+            self.printer(line)
 
 
 class CheckpointLedgerCallback(TrainerCallback):

@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from rollgym.contract.shape import RunShape
+from rollgym.trainer.canary import CanaryConfig
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.lora import LoraSettings
 
@@ -155,6 +156,11 @@ class TrainerConfig(RunShape, _Config):
         "fine-tuning",
     )
     # --- weights, checkpoints, data
+    canary: CanaryConfig | None = Field(
+        default_factory=CanaryConfig,
+        description="probes sent with every push, scored by the server (trainer.canary); "
+        "None: no check",
+    )
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
     checkpoint_every: int = Field(
         1,

@@ -99,7 +99,7 @@ def train(
     step_log.truncate(up_to_step=resumed.step if resumed else 0)
 
     server_version = client.policy_version()
-    pusher = WeightPusher(client, version=server_version)
+    pusher = WeightPusher(client, version=server_version, canary=config.canary)
     progress = RunProgress()
     feed = GroupFeed(client, config, ledger, progress, version=lambda: pusher.version)
     step_callback = StepCallback(

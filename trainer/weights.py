@@ -26,7 +26,9 @@ from collections.abc import Iterator
 
 import torch
 
+from rollgym.contract.canary import CanaryProbes
 from rollgym.contract.wire import WeightUpdateResult
+from rollgym.trainer.canary import CanaryConfig, canary_probes
 from rollgym.trainer.client import PART_BYTES, ServerClient
 from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
 from rollgym.trainer.lora import served_tensors
@@ -91,7 +93,7 @@ class WeightSync:
 
     policy_version: int
     bytes: int
-    serialize_s: float
+    serialize_s: float  # the body's header and the canary's probes
     sync_s: float  # upload, apply and answer: wall time
     server: WeightUpdateResult | None  # None: the answer was lost, the push landed anyway
 
@@ -99,25 +101,30 @@ class WeightSync:
 class WeightPusher:
     """Pushes weights and tracks the version they get; one pusher per trainer."""
 
-    def __init__(self, client: ServerClient, *, version: int) -> None:
-        """``version``: the server's version before the first push (from ``/health``)."""
+    def __init__(
+        self, client: ServerClient, *, version: int, canary: CanaryConfig | None = None
+    ) -> None:
+        """``version``: the server's version before the first push (from ``/health``);
+        ``canary``: send probes with every push (``trainer.canary``)."""
         self.client = client
         self.version = version
+        self.canary = canary
         self.history: list[WeightSync] = []
 
     def push(self, model: torch.nn.Module) -> WeightSync:
         """Upload ``model``'s weights; return once the server serves them as ``version + 1``."""
         t0 = time.perf_counter()
         body = SafetensorsBody.of(model)
+        probes = canary_probes(model, self.canary) if self.canary is not None else None
         t1 = time.perf_counter()
         try:
             result: WeightUpdateResult | None = self.client.push_weights(
-                body, expected_version=self.version
+                body, expected_version=self.version, canary=probes
             )
         except (ServerUnavailable, ServerReplyError) as exc:
             if isinstance(exc, ServerReplyError) and exc.status != 503:
                 raise
-            result = self._reconcile(body)
+            result = self._reconcile(body, probes)
         t2 = time.perf_counter()
         version = self.version + 1 if result is None else result.policy_version
         if version != self.version + 1:
@@ -136,10 +143,12 @@ class WeightPusher:
         self.history.append(sync)
         return sync
 
-    def _reconcile(self, body: SafetensorsBody) -> WeightUpdateResult | None:
+    def _reconcile(
+        self, body: SafetensorsBody, probes: CanaryProbes | None
+    ) -> WeightUpdateResult | None:
         """After a push without an answer (see the module docstring); None if it landed."""
         server = self.client.policy_version()  # waits for the server, up to reconnect_timeout_s
         if server == self.version + 1:
             return None
         self.version = server
-        return self.client.push_weights(body, expected_version=server)
+        return self.client.push_weights(body, expected_version=server, canary=probes)
