@@ -20,6 +20,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from rollgym.trainer.alarms import AlarmWatch, step_alarms
+from rollgym.trainer.background_push import BackgroundPush
 from rollgym.trainer.checkpoint import write_state
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
@@ -27,7 +28,7 @@ from rollgym.trainer.errors import ServedWeightsMismatch
 from rollgym.trainer.feed import GroupFeed
 from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.progress import RunProgress, StepLog
-from rollgym.trainer.weights import WeightPusher
+from rollgym.trainer.weights import WeightPusher, WeightSync
 
 
 class StepCallback(TrainerCallback):
@@ -44,8 +45,12 @@ class StepCallback(TrainerCallback):
         on_ready: Callable[[], object] | None = None,
         printer: Callable[[str], object] | None = print,
         push_at_start: bool = True,
+        background: BackgroundPush | None = None,
     ) -> None:
         self.config = config
+        self.background = background
+        if background is not None:
+            background.on_landed = self._on_sync
         self.push_at_start = push_at_start
         self.feed = feed
         self.pusher = pusher
@@ -71,12 +76,24 @@ class StepCallback(TrainerCallback):
         self.progress.on_busy(self.feed.ready_at, time.time(), kind="train")
         step = state.global_step
         if step % self.config.push_every == 0 or step >= state.max_steps:
-            self._push(kw["model"])
+            if self.background is not None:
+                started = time.time()
+                self.background.submit(kw["model"])
+                self.progress.on_busy(started, time.time(), kind="sync")
+            else:
+                self._push(kw["model"])
+        version = self.background.trainer_version if self.background else self.pusher.version
         self.progress.end_step(
             step=step,
-            policy_version=self.pusher.version,
+            policy_version=version,
             dropped_total=self.feed.ledger.dropped.total,
         )
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if self.background is not None:
+            self.background.wait()
 
     def on_log(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -101,6 +118,10 @@ class StepCallback(TrainerCallback):
         started = time.time()
         sync = self.pusher.push(model)
         self.progress.on_busy(started, time.time(), kind="sync")
+        self._on_sync(sync)
+
+    def _on_sync(self, sync: WeightSync) -> None:
+        """Act on a landed push's canary verdict (``trainer.canary``)."""
         canary = sync.server.canary if sync.server is not None else None
         if canary is None:
             return
@@ -128,7 +149,9 @@ class CheckpointLedgerCallback(TrainerCallback):
         ledger: DataLedger,
         pusher: WeightPusher,
         progress: RunProgress,
+        background: BackgroundPush | None = None,
     ) -> None:
+        self.background = background
         self.client = client
         self.ledger = ledger
         self.pusher = pusher
@@ -138,6 +161,8 @@ class CheckpointLedgerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         started = self.progress.steps[-1].at if self.progress.steps else time.time()
+        if self.background is not None:  # the state records the version its weights have
+            self.background.wait()
         checkpoint_dir = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         snapshot = self.ledger.snapshot(step=state.global_step, policy_version=self.pusher.version)
         write_state(checkpoint_dir, snapshot)

@@ -162,6 +162,11 @@ class TrainerConfig(RunShape, _Config):
         "None: no check",
     )
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
+    background_push: bool = Field(
+        False,
+        description="send each push while the next step trains (trainer.background_push); "
+        "needs max_staleness >= 1",
+    )
     checkpoint_every: int = Field(
         1,
         ge=1,
@@ -199,6 +204,11 @@ class TrainerConfig(RunShape, _Config):
             raise ValueError(
                 "max_staleness=0 (synchronous) needs push_every=1: every step must push the weights "
                 "the next batch is sampled from; raise max_staleness or set push_every=1"
+            )
+        if self.background_push and self.max_staleness == 0:
+            raise ValueError(
+                "background_push needs max_staleness >= 1: synchronous mode samples only from "
+                "the weights just pushed, so every step must wait for its push"
             )
         if self.checkpoint_every % self.push_every:
             raise ValueError(

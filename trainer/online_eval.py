@@ -87,7 +87,10 @@ class OnlineEvaluation(TrainerCallback):
         output_dir: Path,
         resumed_step: int = 0,
         printer: Callable[[str], object] | None = print,
+        settle: Callable[[], object] | None = None,
     ) -> None:
+        """``settle`` waits for a push still in flight (``trainer.background_push``)."""
+        self.settle = settle
         self.client, self.pusher, self.config, self.guard = client, pusher, config, guard
         self.task, self.output_dir, self.printer = task, output_dir, printer
         self.points = read_points(output_dir, up_to_step=resumed_step)
@@ -110,6 +113,8 @@ class OnlineEvaluation(TrainerCallback):
     ) -> None:
         if state.global_step % self.config.every:
             return
+        if self.settle is not None:  # the evaluation measures the weights just pushed
+            self.settle()
         point = self._evaluate(state.global_step)
         best = self.best
         if best is None or point.rate > best.rate:

@@ -88,12 +88,21 @@ class SafetensorsBody:
 
 
 @dataclasses.dataclass(frozen=True)
+class PreparedPush:
+    """A push ready to send: the weights' body, the canary's probes, the time to make them."""
+
+    body: SafetensorsBody
+    probes: CanaryProbes | None
+    prepare_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class WeightSync:
     """One completed push: the version the weights now have and what it cost."""
 
     policy_version: int
     bytes: int
-    serialize_s: float  # the body's header and the canary's probes
+    serialize_s: float  # the body's header, the canary's probes (and a snapshot's copies)
     sync_s: float  # upload, apply and answer: wall time
     server: WeightUpdateResult | None  # None: the answer was lost, the push landed anyway
 
@@ -113,18 +122,35 @@ class WeightPusher:
 
     def push(self, model: torch.nn.Module) -> WeightSync:
         """Upload ``model``'s weights; return once the server serves them as ``version + 1``."""
+        return self.send(self.prepare(model))
+
+    def prepare(self, model: torch.nn.Module, *, snapshot: bool = False) -> PreparedPush:
+        """What a push of ``model``'s weights sends: the body and the canary's probes.
+        ``snapshot``: copy the tensors training may still change, so the push can be sent
+        while the next step runs (``trainer.background_push``)."""
         t0 = time.perf_counter()
-        body = SafetensorsBody.of(model)
+        tensors = served_tensors(model)
+        if snapshot:
+            trainable = {p.data_ptr() for p in model.parameters() if p.requires_grad}
+            tensors = {
+                name: t.detach().clone() if t.data_ptr() in trainable else t
+                for name, t in tensors.items()
+            }
+        body = SafetensorsBody(tensors)
         probes = canary_probes(model, self.canary) if self.canary is not None else None
+        return PreparedPush(body, probes, prepare_s=time.perf_counter() - t0)
+
+    def send(self, push: PreparedPush) -> WeightSync:
+        """Upload a prepared push; return once the server serves it as ``version + 1``."""
         t1 = time.perf_counter()
         try:
             result: WeightUpdateResult | None = self.client.push_weights(
-                body, expected_version=self.version, canary=probes
+                push.body, expected_version=self.version, canary=push.probes
             )
         except (ServerUnavailable, ServerReplyError) as exc:
             if isinstance(exc, ServerReplyError) and exc.status != 503:
                 raise
-            result = self._reconcile(body, probes)
+            result = self._reconcile(push.body, push.probes)
         t2 = time.perf_counter()
         version = self.version + 1 if result is None else result.policy_version
         if version != self.version + 1:
@@ -135,8 +161,8 @@ class WeightPusher:
         self.version = version
         sync = WeightSync(
             policy_version=version,
-            bytes=len(body),
-            serialize_s=t1 - t0,
+            bytes=len(push.body),
+            serialize_s=push.prepare_s,
             sync_s=t2 - t1,
             server=result,
         )
