@@ -80,6 +80,7 @@ class StepCallback(TrainerCallback):
                 started = time.time()
                 self.background.submit(kw["model"])
                 self.progress.on_busy(started, time.time(), kind="sync")
+                self.progress.on_push(waited_s=self.background.waited_s)
             else:
                 self._push(kw["model"])
         version = self.background.trainer_version if self.background else self.pusher.version
@@ -121,7 +122,8 @@ class StepCallback(TrainerCallback):
         self._on_sync(sync)
 
     def _on_sync(self, sync: WeightSync) -> None:
-        """Act on a landed push's canary verdict (``trainer.canary``)."""
+        """Count a landed push's time; act on its canary verdict (``trainer.canary``)."""
+        self.progress.on_push(landed_s=sync.sync_s)
         canary = sync.server.canary if sync.server is not None else None
         if canary is None:
             return

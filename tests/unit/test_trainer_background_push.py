@@ -48,6 +48,9 @@ def test_a_background_run_lands_every_push_in_order(tmp_path, default_model_dir)
     for name, tensor in final.named_parameters():  # the last push is the last step's weights
         torch.testing.assert_close(fake.weights[-1][name], tensor.detach())
     assert [r.policy_version for r in result.records] == [6, 7, 8]  # each step's own push
+    # the push landed during each step is timed (step 1: the start's, steps 2-3: the last
+    # step's), and the waits are part of the step's blocked time
+    assert all(r.push_s > 0 and 0 <= r.push_wait_s <= r.sync_s for r in result.records)
     # a push's canary verdict comes with the next step's record (the last one at the end)
     assert all(r.alarms["served_weights_mismatch"] < 1e-4 for r in result.records)
 
