@@ -38,7 +38,7 @@ class LoraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rank: int = Field(16, ge=1, le=1024, description="r: the adapters' inner dimension")
-    alpha: float | None = Field(
+    alpha: int | None = Field(
         None, gt=0, description="the update's scale is alpha / rank; None: 2 x rank"
     )
     target_modules: list[str] = Field(
@@ -71,13 +71,15 @@ def merged_tensors(model: PeftModel) -> dict[str, torch.Tensor]:
             continue
         tensors[name.replace(".base_layer.", ".")] = param.detach()
     for name, module in base.named_modules():
-        if isinstance(module, LoraLayer):
-            weight = tensors[f"{name}.weight"]
-            with torch.no_grad():
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A:
-                        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-            tensors[f"{name}.weight"] = weight
+        if not isinstance(module, LoraLayer):
+            continue
+        layer: Any = module  # each LoRA layer kind (Linear, Embedding...) has get_delta_weight
+        weight = tensors[f"{name}.weight"]
+        with torch.no_grad():
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+        tensors[f"{name}.weight"] = weight
     return tensors
 
 
@@ -114,7 +116,9 @@ def export_merged(adapter_dir: Path, output_dir: Path, *, base_model: Path | Non
             f"{adapter_dir} holds no LoRA adapter ({ADAPTER_CONFIG_FILE} missing): "
             "pass a checkpoint of a run trained with trainer.lora"
         )
-    base_path = base_model or Path(PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path)
+    base_path = base_model or Path(
+        PeftConfig.from_pretrained(str(adapter_dir)).base_model_name_or_path
+    )
     if not base_path.is_dir():
         raise FileNotFoundError(
             f"the adapter's base model {base_path} is not a directory: pass the base model's "

@@ -395,10 +395,12 @@ class VLLMEngine:
             final = output
         if final is None or final.prompt_logprobs is None:
             raise EngineFailure("the engine returned no prompt logprobs")
-        return [
-            float(position[token].logprob)
-            for token, position in zip(token_ids[1:], final.prompt_logprobs[1:], strict=True)
-        ]
+        scores = []
+        for token, position in zip(token_ids[1:], final.prompt_logprobs[1:], strict=True):
+            if position is None or token not in position:
+                raise EngineFailure(f"the engine returned no prompt logprob for token {token}")
+            scores.append(float(position[token].logprob))
+        return scores
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
         from vllm.exceptions import VLLMClientError

@@ -169,7 +169,7 @@ def warm_start(
     work_dir = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(work_dir, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
+    model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
     codec = ChatCodec(tokenizer)
     phases = [
         Phase("drills", drill_examples(config, codec), config.demos.drill_learning_rate, 1.0),

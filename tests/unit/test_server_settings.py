@@ -104,5 +104,5 @@ def test_the_gpu_profiles_server_settings_start_without_a_precision_verdict(
     settings = ServerSettings()
     assert settings.engine.dtype == settings.engine.training_dtype == "float32"
     monkeypatch.setenv("ROLLGYM_ENGINE__DTYPE", "bfloat16")  # ROLLGYM_GPU_DTYPE=bfloat16
-    with pytest.raises(ValidationError, match="rollgym eval .* --precision bfloat16"):
+    with pytest.raises(ValidationError, match=r"rollgym eval .* --precision bfloat16"):
         ServerSettings()
