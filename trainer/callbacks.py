@@ -60,6 +60,7 @@ class StepCallback(TrainerCallback):
         self.printer = printer
         self.alarms = AlarmWatch(config.alarms)
         self._canary_alarm: dict[str, float] = {}  # the last push's, for the step's record
+        self._unchecked = False  # said once that the server checks no canary
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -126,6 +127,12 @@ class StepCallback(TrainerCallback):
         self.progress.on_push(landed_s=sync.sync_s)
         canary = sync.server.canary if sync.server is not None else None
         if canary is None:
+            if sync.server is not None and self.config.canary is not None and not self._unchecked:
+                self._unchecked = True
+                self._say(
+                    "  (the server answers no canary verdict, e.g. a cluster's router: what it "
+                    "serves after a push is not checked)"
+                )
             return
         self._canary_alarm = {"served_weights_mismatch": canary.mismatch}
         if canary.passed:
@@ -137,6 +144,9 @@ class StepCallback(TrainerCallback):
         )
         if self.config.canary is not None and self.config.canary.stop_on_mismatch:
             raise ServedWeightsMismatch(line + " (canary.stop_on_mismatch: the run stops)")
+        self._say(line)
+
+    def _say(self, line: str) -> None:
         if self.printer is not None:
             self.printer(line)
 

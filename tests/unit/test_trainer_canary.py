@@ -66,6 +66,16 @@ def test_the_stop_setting_ends_the_run_at_the_first_mismatch(tmp_path, default_m
     assert fake.version == 2  # the start's push and step 1's: step 2 never ran
 
 
+def test_a_server_that_checks_nothing_is_named_once(tmp_path, default_model_dir) -> None:
+    fake = FakeServer()
+    fake.scores_canary = False
+    lines: list[str] = []
+    result = train(_config(tmp_path), fake.client(), default_model_dir, printer=lines.append)
+    unchecked = [line for line in lines if "answers no canary verdict" in line]
+    assert len(unchecked) == 1 and len(fake.weights) == 3  # three pushes, one notice
+    assert all("served_weights_mismatch" not in r.alarms for r in result.records)
+
+
 def test_no_canary_sends_no_probes(tmp_path, default_model_dir) -> None:
     fake = FakeServer()
     result = train(_config(tmp_path, canary=None), fake.client(), default_model_dir, printer=None)

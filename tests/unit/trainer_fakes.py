@@ -153,6 +153,7 @@ class FakeServer:
         self.acks_before_failure: int | None = None
         # pushes the fake serves behind: 1 plays an update applied but never served (the canary)
         self.serving_lag = 0
+        self.scores_canary = True  # False: a server (or router) that ignores the probes
         self._scorer: Any = None  # the default model's architecture, given the served weights
         self.reports: list[TrainerReport] = []  # the dashboard's step reports
         self.evaluations: list[EvaluationRequest] = []
@@ -232,7 +233,9 @@ class FakeServer:
                 load_s=0.0,
                 apply_s=0.0,
                 in_flight_policy="finish",
-                canary=self._canary(CanaryProbes.model_validate_json(probes)) if probes else None,
+                canary=self._canary(CanaryProbes.model_validate_json(probes))
+                if probes and self.scores_canary
+                else None,
             )
 
         @app.post("/admin/buffer/pull")
