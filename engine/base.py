@@ -188,3 +188,8 @@ class ServingEngine(PolicyEngine, WeightTarget, Protocol):
     async def init_nccl(self, init_info: dict[str, Any]) -> None:
         """Join the trainer's NCCL group; ``NotEnabled`` where there is none."""
         ...
+
+    async def score(self, token_ids: Sequence[int]) -> list[float]:
+        """The served policy's logprob of each token after the first, given those before it
+        (temperature 1, no sampling): what the served-weights canary compares."""
+        ...

@@ -124,6 +124,10 @@ class FakeEngine:
                 self._running -= 1
                 self._idle.notify_all()
 
+    async def score(self, token_ids: Sequence[int]) -> list[float]:
+        """``fake_logprob`` of the served version for each token after the first."""
+        return [fake_logprob(self._version)] * (len(token_ids) - 1)
+
     def _stops(self, stop: Sequence[str]) -> Callable[[list[int]], bool]:
         """Whether tokens so far end the generation at one of the ``stop`` texts."""
         if not stop:

@@ -4,7 +4,8 @@
   server already serves them (``push_at_start``), so the server samples from exactly the
   trainer's weights, then let the caller start sampling; after
   every optimizer step, in this order: account the compute time, push weights (every
-  ``push_every`` steps and at the last), close the step's progress record, print the table.
+  ``push_every`` steps and at the last) and act on the server's canary verdict
+  (``trainer.canary``), close the step's progress record, print the table.
 * ``CheckpointLedgerCallback``: after TRL saved a checkpoint, write the data position and
   policy version into it, then ack the groups it covers (see ``trainer.checkpoint``).
 """
@@ -19,13 +20,15 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from rollgym.trainer.alarms import AlarmWatch, step_alarms
+from rollgym.trainer.background_push import BackgroundPush
 from rollgym.trainer.checkpoint import write_state
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.errors import ServedWeightsMismatch
 from rollgym.trainer.feed import GroupFeed
 from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.progress import RunProgress, StepLog
-from rollgym.trainer.weights import WeightPusher
+from rollgym.trainer.weights import WeightPusher, WeightSync
 
 
 class StepCallback(TrainerCallback):
@@ -42,8 +45,12 @@ class StepCallback(TrainerCallback):
         on_ready: Callable[[], object] | None = None,
         printer: Callable[[str], object] | None = print,
         push_at_start: bool = True,
+        background: BackgroundPush | None = None,
     ) -> None:
         self.config = config
+        self.background = background
+        if background is not None:
+            background.on_landed = self._on_sync
         self.push_at_start = push_at_start
         self.feed = feed
         self.pusher = pusher
@@ -52,6 +59,8 @@ class StepCallback(TrainerCallback):
         self.on_ready = on_ready
         self.printer = printer
         self.alarms = AlarmWatch(config.alarms)
+        self._canary_alarm: dict[str, float] = {}  # the last push's, for the step's record
+        self._unchecked = False  # said once that the server checks no canary
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -68,12 +77,25 @@ class StepCallback(TrainerCallback):
         self.progress.on_busy(self.feed.ready_at, time.time(), kind="train")
         step = state.global_step
         if step % self.config.push_every == 0 or step >= state.max_steps:
-            self._push(kw["model"])
+            if self.background is not None:
+                started = time.time()
+                self.background.submit(kw["model"])
+                self.progress.on_busy(started, time.time(), kind="sync")
+                self.progress.on_push(waited_s=self.background.waited_s)
+            else:
+                self._push(kw["model"])
+        version = self.background.trainer_version if self.background else self.pusher.version
         self.progress.end_step(
             step=step,
-            policy_version=self.pusher.version,
+            policy_version=version,
             dropped_total=self.feed.ledger.dropped.total,
         )
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if self.background is not None:
+            self.background.wait()
 
     def on_log(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -85,7 +107,7 @@ class StepCallback(TrainerCallback):
         steps = self.progress.steps
         if "loss" not in logs or not steps or steps[-1].step != state.global_step:
             return  # not a step's log (the run's closing summary)
-        record = self.progress.add_alarms(step_alarms(logs))
+        record = self.progress.add_alarms({**step_alarms(logs), **self._canary_alarm})
         self.step_log.append(record)
         if self.printer is not None:
             self.printer(self.progress.render(total_steps=state.max_steps))
@@ -96,8 +118,37 @@ class StepCallback(TrainerCallback):
 
     def _push(self, model: Any) -> None:
         started = time.time()
-        self.pusher.push(model)
+        sync = self.pusher.push(model)
         self.progress.on_busy(started, time.time(), kind="sync")
+        self._on_sync(sync)
+
+    def _on_sync(self, sync: WeightSync) -> None:
+        """Count a landed push's time; act on its canary verdict (``trainer.canary``)."""
+        self.progress.on_push(landed_s=sync.sync_s)
+        canary = sync.server.canary if sync.server is not None else None
+        if canary is None:
+            if sync.server is not None and self.config.canary is not None and not self._unchecked:
+                self._unchecked = True
+                self._say(
+                    "  (the server answers no canary verdict, e.g. a cluster's router: what it "
+                    "serves after a push is not checked)"
+                )
+            return
+        self._canary_alarm = {"served_weights_mismatch": canary.mismatch}
+        if canary.passed:
+            return
+        line = (
+            f"SERVED WEIGHTS MISMATCH at version {canary.policy_version}: the server's logprobs "
+            f"of the canary's probes differ from the trainer's by up to {canary.mismatch:.4g} "
+            f"(tolerance {canary.tolerance:.4g}): it does not serve the weights pushed"
+        )
+        if self.config.canary is not None and self.config.canary.stop_on_mismatch:
+            raise ServedWeightsMismatch(line + " (canary.stop_on_mismatch: the run stops)")
+        self._say(line)
+
+    def _say(self, line: str) -> None:
+        if self.printer is not None:
+            self.printer(line)
 
 
 class CheckpointLedgerCallback(TrainerCallback):
@@ -110,7 +161,9 @@ class CheckpointLedgerCallback(TrainerCallback):
         ledger: DataLedger,
         pusher: WeightPusher,
         progress: RunProgress,
+        background: BackgroundPush | None = None,
     ) -> None:
+        self.background = background
         self.client = client
         self.ledger = ledger
         self.pusher = pusher
@@ -120,6 +173,8 @@ class CheckpointLedgerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
     ) -> None:
         started = self.progress.steps[-1].at if self.progress.steps else time.time()
+        if self.background is not None:  # the state records the version its weights have
+            self.background.wait()
         checkpoint_dir = Path(str(args.output_dir)) / f"checkpoint-{state.global_step}"
         snapshot = self.ledger.snapshot(step=state.global_step, policy_version=self.pusher.version)
         write_state(checkpoint_dir, snapshot)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from rollgym.contract import api
 from rollgym.contract.api import Route
+from rollgym.contract.canary import CANARY_HEADER, CanaryProbes
 from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
 from rollgym.contract.wire import (
     AckRequest,
@@ -137,17 +138,22 @@ class ServerClient:
 
     # --- weights and rollout jobs -------------------------------------------------------
 
-    def push_weights(self, body: Body, *, expected_version: int | None) -> WeightUpdateResult:
+    def push_weights(
+        self, body: Body, *, expected_version: int | None, canary: CanaryProbes | None = None
+    ) -> WeightUpdateResult:
         """Upload a safetensors file (bytes, or ``trainer.weights.SafetensorsBody``, which is
         sent from the tensors' memory); the server applies it and bumps its version by one.
 
         With ``expected_version`` the server refuses (409 ``version_mismatch``, raised here as
         ``VersionConflict``) unless it is at that version, so two writers can never
-        interleave unnoticed.
+        interleave unnoticed. ``canary``'s probes are scored by the server once the weights
+        serve (``rollgym.contract.canary``); its verdict is the answer's ``canary``.
         """
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(body))}
         if expected_version is not None:
             headers["X-Expected-Version"] = str(expected_version)
+        if canary is not None:
+            headers[CANARY_HEADER] = canary.model_dump_json()
         return self._call(
             api.WEIGHTS_UPLOAD,
             content=_parts(body),

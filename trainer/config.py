@@ -31,7 +31,9 @@ from pydantic import (
 )
 
 from rollgym.contract.shape import RunShape
+from rollgym.trainer.canary import CanaryConfig
 from rollgym.trainer.errors import TrainerConfigError
+from rollgym.trainer.lora import LoraSettings
 
 C = TypeVar("C", bound=BaseModel)
 ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
@@ -148,8 +150,23 @@ class TrainerConfig(RunShape, _Config):
         "batch is above this (trainer.trust_region); None: every step stands",
     )
     seed: int = 0
+    lora: LoraSettings | None = Field(
+        None,
+        description="train LoRA adapters (trainer.lora) instead of every weight; None: full "
+        "fine-tuning",
+    )
     # --- weights, checkpoints, data
+    canary: CanaryConfig | None = Field(
+        default_factory=CanaryConfig,
+        description="probes sent with every push, scored by the server (trainer.canary); "
+        "None: no check",
+    )
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
+    background_push: bool = Field(
+        False,
+        description="send each push while the next step trains (trainer.background_push); "
+        "needs max_staleness >= 1",
+    )
     checkpoint_every: int = Field(
         1,
         ge=1,
@@ -187,6 +204,11 @@ class TrainerConfig(RunShape, _Config):
             raise ValueError(
                 "max_staleness=0 (synchronous) needs push_every=1: every step must push the weights "
                 "the next batch is sampled from; raise max_staleness or set push_every=1"
+            )
+        if self.background_push and self.max_staleness == 0:
+            raise ValueError(
+                "background_push needs max_staleness >= 1: synchronous mode samples only from "
+                "the weights just pushed, so every step must wait for its push"
             )
         if self.checkpoint_every % self.push_every:
             raise ValueError(

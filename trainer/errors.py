@@ -12,7 +12,9 @@
     ├── ServerUnavailable(TrainerError, ConnectionError)  no answer: not started, died, timed out
     ├── ProtocolError(TrainerError)                   an answer that does not fit the wire schema
     ├── StarvedError(TrainerError, TimeoutError)      no trainable group arrived in time
-    └── CheckpointError(TrainerError)                 a checkpoint is missing or unreadable
+    ├── CheckpointError(TrainerError)                 a checkpoint is missing or unreadable
+    └── ServedWeightsMismatch(TrainerError)           the server serves other weights than
+                                                      pushed (the canary, when it stops runs)
 
 httpx and pydantic errors never leave ``trainer.client``; callers catch ``TrainerError``.
 """
@@ -60,3 +62,8 @@ class StarvedError(TrainerError, TimeoutError):
 
 class CheckpointError(TrainerError):
     """A checkpoint is missing, incomplete or does not match this run."""
+
+
+class ServedWeightsMismatch(TrainerError):
+    """The server's canary found it serves other weights than those pushed
+    (``trainer.canary``; raised only with ``canary.stop_on_mismatch``)."""

@@ -148,10 +148,11 @@ def evaluate_weights(
     sampling: SamplingSettings,
     timeout_s: float = 900.0,
 ) -> SuccessRate:
-    """Push ``model_dir``'s weights, play one episode per seed, return the success rate."""
-    from transformers import AutoModelForCausalLM
+    """Push ``model_dir``'s weights (a LoRA checkpoint's merged), play one episode per seed,
+    return the success rate."""
+    from rollgym.trainer.lora import load_policy
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    model = load_policy(model_dir)
     WeightPusher(client, version=client.policy_version()).push(model)
     evaluation = evaluate_server(
         client,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from transformers import PrinterCallback
 
+from rollgym.trainer.background_push import BackgroundPush
 from rollgym.trainer.callbacks import CheckpointLedgerCallback, StepCallback
 from rollgym.trainer.checkpoint import DropCounts, latest_checkpoint, read_state
 from rollgym.trainer.client import ServerClient
@@ -99,9 +100,14 @@ def train(
     step_log.truncate(up_to_step=resumed.step if resumed else 0)
 
     server_version = client.policy_version()
-    pusher = WeightPusher(client, version=server_version)
+    pusher = WeightPusher(client, version=server_version, canary=config.canary)
+    background = BackgroundPush(pusher) if config.background_push else None
     progress = RunProgress()
-    feed = GroupFeed(client, config, ledger, progress, version=lambda: pusher.version)
+
+    def trainer_version() -> int:  # a pending push's version is the trainer's weights' already
+        return background.trainer_version if background is not None else pusher.version
+
+    feed = GroupFeed(client, config, ledger, progress, version=trainer_version)
     step_callback = StepCallback(
         config=config,
         feed=feed,
@@ -111,9 +117,10 @@ def train(
         on_ready=on_ready,
         printer=printer,
         push_at_start=resumed is None or resumed.policy_version != server_version,
+        background=background,
     )
     ledger_callback = CheckpointLedgerCallback(
-        client=client, ledger=ledger, pusher=pusher, progress=progress
+        client=client, ledger=ledger, pusher=pusher, progress=progress, background=background
     )
     online = None
     if config.online_eval is not None and eval_task is not None:
@@ -126,6 +133,7 @@ def train(
             output_dir=config.output_dir,
             resumed_step=resumed.step if resumed else 0,
             printer=printer,
+            settle=background.wait if background else None,
         )
     with warnings.catch_warnings():
         # rollout_func is marked experimental; we pin TRL to 1.16.x where it is as documented.
@@ -138,6 +146,7 @@ def train(
             rollout_func=feed,
             sample_log=config.output_dir / "samples.jsonl" if config.log_samples else None,
             train_embeddings=config.train_embeddings,
+            peft_config=config.lora.peft_config() if config.lora is not None else None,
             max_step_kl=config.max_step_kl,
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed
@@ -147,7 +156,11 @@ def train(
             ],
         )
     grpo.remove_callback(PrinterCallback)  # our table replaces TRL's per-step log dicts
-    grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    try:
+        grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        if background is not None:
+            background.close()
 
     shares = progress.stage_shares()
     return TrainResult(

@@ -28,6 +28,7 @@ from rollgym.contract.wire import SamplingSettings
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import GuardConfig, OnlineEvalConfig
 from rollgym.trainer.evaluate import evaluate_server
+from rollgym.trainer.lora import load_policy
 from rollgym.trainer.weights import WeightPusher
 
 POINTS_FILE = "online_eval.jsonl"
@@ -86,7 +87,10 @@ class OnlineEvaluation(TrainerCallback):
         output_dir: Path,
         resumed_step: int = 0,
         printer: Callable[[str], object] | None = print,
+        settle: Callable[[], object] | None = None,
     ) -> None:
+        """``settle`` waits for a push still in flight (``trainer.background_push``)."""
+        self.settle = settle
         self.client, self.pusher, self.config, self.guard = client, pusher, config, guard
         self.task, self.output_dir, self.printer = task, output_dir, printer
         self.points = read_points(output_dir, up_to_step=resumed_step)
@@ -109,6 +113,8 @@ class OnlineEvaluation(TrainerCallback):
     ) -> None:
         if state.global_step % self.config.every:
             return
+        if self.settle is not None:  # the evaluation measures the weights just pushed
+            self.settle()
         point = self._evaluate(state.global_step)
         best = self.best
         if best is None or point.rate > best.rate:
@@ -158,10 +164,8 @@ class OnlineEvaluation(TrainerCallback):
         staging.rename(best)  # never a half-written best
 
     def _roll_back(self, kw: dict[str, Any], point: OnlinePoint, best: OnlinePoint) -> None:
-        from transformers import AutoModelForCausalLM
-
         model = kw["model"]
-        saved = AutoModelForCausalLM.from_pretrained(self.output_dir / BEST_DIR, dtype="float32")
+        saved = load_policy(self.output_dir / BEST_DIR)
         model.load_state_dict(saved.state_dict())
         self.pusher.push(model)
         assert self.guard is not None

@@ -48,7 +48,9 @@ class StepRecord(BaseModel):
     dropped_total: int
     wait_s: float
     train_s: float
-    sync_s: float
+    sync_s: float  # the step blocked on pushes (a background push: its snapshot and wait)
+    push_s: float = 0.0  # upload, apply and canary of the pushes that landed in the step
+    push_wait_s: float = 0.0  # of sync_s: waiting for the previous background push
     alarms: dict[str, float] = {}  # the step's collapse metrics (trainer.alarms)
 
 
@@ -61,6 +63,8 @@ class _Batch:
     wait_s: float = 0.0
     train_s: float = 0.0
     sync_s: float = 0.0
+    push_s: float = 0.0
+    push_wait_s: float = 0.0
 
 
 class RunProgress:
@@ -116,6 +120,12 @@ class RunProgress:
             self._batch.sync_s += end - start
             self.sync_s.append(end - start)
 
+    def on_push(self, *, landed_s: float = 0.0, waited_s: float = 0.0) -> None:
+        """A push landed after ``landed_s`` of upload and apply; the step waited ``waited_s``
+        for a background push before its own (``trainer.background_push``)."""
+        self._batch.push_s += landed_s
+        self._batch.push_wait_s += waited_s
+
     def on_trl_logs(self, logs: dict[str, float]) -> None:
         """TRL's own metrics of the last step (loss, importance-sampling ratio, entropy)."""
         self.trl_logs = logs
@@ -144,6 +154,8 @@ class RunProgress:
             wait_s=batch.wait_s,
             train_s=batch.train_s,
             sync_s=batch.sync_s,
+            push_s=batch.push_s,
+            push_wait_s=batch.push_wait_s,
         )
         self.steps.append(record)
         return record

@@ -26,9 +26,12 @@ from collections.abc import Iterator
 
 import torch
 
+from rollgym.contract.canary import CanaryProbes
 from rollgym.contract.wire import WeightUpdateResult
+from rollgym.trainer.canary import CanaryConfig, canary_probes
 from rollgym.trainer.client import PART_BYTES, ServerClient
 from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
+from rollgym.trainer.lora import served_tensors
 
 _CODES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -68,8 +71,8 @@ class SafetensorsBody:
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> SafetensorsBody:
-        """``model``'s parameters, a tied tensor once."""
-        return cls(dict(model.named_parameters()))
+        """The weights the server serves for ``model`` (``trainer.lora.served_tensors``)."""
+        return cls(served_tensors(model))
 
     def __len__(self) -> int:
         return self._size
@@ -85,12 +88,21 @@ class SafetensorsBody:
 
 
 @dataclasses.dataclass(frozen=True)
+class PreparedPush:
+    """A push ready to send: the weights' body, the canary's probes, the time to make them."""
+
+    body: SafetensorsBody
+    probes: CanaryProbes | None
+    prepare_s: float
+
+
+@dataclasses.dataclass(frozen=True)
 class WeightSync:
     """One completed push: the version the weights now have and what it cost."""
 
     policy_version: int
     bytes: int
-    serialize_s: float
+    serialize_s: float  # the body's header, the canary's probes (and a snapshot's copies)
     sync_s: float  # upload, apply and answer: wall time
     server: WeightUpdateResult | None  # None: the answer was lost, the push landed anyway
 
@@ -98,25 +110,47 @@ class WeightSync:
 class WeightPusher:
     """Pushes weights and tracks the version they get; one pusher per trainer."""
 
-    def __init__(self, client: ServerClient, *, version: int) -> None:
-        """``version``: the server's version before the first push (from ``/health``)."""
+    def __init__(
+        self, client: ServerClient, *, version: int, canary: CanaryConfig | None = None
+    ) -> None:
+        """``version``: the server's version before the first push (from ``/health``);
+        ``canary``: send probes with every push (``trainer.canary``)."""
         self.client = client
         self.version = version
+        self.canary = canary
         self.history: list[WeightSync] = []
 
     def push(self, model: torch.nn.Module) -> WeightSync:
         """Upload ``model``'s weights; return once the server serves them as ``version + 1``."""
+        return self.send(self.prepare(model))
+
+    def prepare(self, model: torch.nn.Module, *, snapshot: bool = False) -> PreparedPush:
+        """What a push of ``model``'s weights sends: the body and the canary's probes.
+        ``snapshot``: copy the tensors training may still change, so the push can be sent
+        while the next step runs (``trainer.background_push``)."""
         t0 = time.perf_counter()
-        body = SafetensorsBody.of(model)
+        tensors = served_tensors(model)
+        if snapshot:
+            trainable = {p.data_ptr() for p in model.parameters() if p.requires_grad}
+            tensors = {
+                name: t.detach().clone() if t.data_ptr() in trainable else t
+                for name, t in tensors.items()
+            }
+        body = SafetensorsBody(tensors)
+        probes = canary_probes(model, self.canary) if self.canary is not None else None
+        return PreparedPush(body, probes, prepare_s=time.perf_counter() - t0)
+
+    def send(self, push: PreparedPush) -> WeightSync:
+        """Upload a prepared push; return once the server serves it as ``version + 1``."""
         t1 = time.perf_counter()
         try:
             result: WeightUpdateResult | None = self.client.push_weights(
-                body, expected_version=self.version
+                push.body, expected_version=self.version, canary=push.probes
             )
         except (ServerUnavailable, ServerReplyError) as exc:
             if isinstance(exc, ServerReplyError) and exc.status != 503:
                 raise
-            result = self._reconcile(body)
+            result = self._reconcile(push.body, push.probes)
         t2 = time.perf_counter()
         version = self.version + 1 if result is None else result.policy_version
         if version != self.version + 1:
@@ -127,18 +161,20 @@ class WeightPusher:
         self.version = version
         sync = WeightSync(
             policy_version=version,
-            bytes=len(body),
-            serialize_s=t1 - t0,
+            bytes=len(push.body),
+            serialize_s=push.prepare_s,
             sync_s=t2 - t1,
             server=result,
         )
         self.history.append(sync)
         return sync
 
-    def _reconcile(self, body: SafetensorsBody) -> WeightUpdateResult | None:
+    def _reconcile(
+        self, body: SafetensorsBody, probes: CanaryProbes | None
+    ) -> WeightUpdateResult | None:
         """After a push without an answer (see the module docstring); None if it landed."""
         server = self.client.policy_version()  # waits for the server, up to reconnect_timeout_s
         if server == self.version + 1:
             return None
         self.version = server
-        return self.client.push_weights(body, expected_version=server)
+        return self.client.push_weights(body, expected_version=server, canary=probes)

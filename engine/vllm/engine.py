@@ -371,6 +371,37 @@ class VLLMEngine:
             prefill_s=prefill_s,
         )
 
+    async def score(self, token_ids: Sequence[int]) -> list[float]:
+        """vLLM's prompt logprobs (raw: before any temperature) of ``token_ids``."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if not 2 <= len(token_ids) < self.config.max_model_len:
+            raise BadInput(
+                f"a scored sequence needs 2 to {self.config.max_model_len - 1} tokens, "
+                f"not {len(token_ids)}"
+            )
+        params = SamplingParams(
+            max_tokens=1,
+            prompt_logprobs=0,
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        await self._serving.wait()
+        final = None
+        async for output in self._engine().generate(
+            {"prompt_token_ids": list(token_ids)}, params, f"score-{uuid.uuid4().hex}"
+        ):
+            final = output
+        if final is None or final.prompt_logprobs is None:
+            raise EngineFailure("the engine returned no prompt logprobs")
+        scores = []
+        for token, position in zip(token_ids[1:], final.prompt_logprobs[1:], strict=True):
+            if position is None or token not in position:
+                raise EngineFailure(f"the engine returned no prompt logprob for token {token}")
+            scores.append(float(position[token].logprob))
+        return scores
+
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError

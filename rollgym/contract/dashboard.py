@@ -37,7 +37,9 @@ class TrainerReport(BaseModel):
     dropped_total: int = Field(0, ge=0, description="trajectories the trainer did not train on")
     wait_s: float = Field(0.0, ge=0, description="the trainer waiting on the buffer")
     train_s: float = Field(0.0, ge=0)
-    sync_s: float = Field(0.0, ge=0)
+    sync_s: float = Field(0.0, ge=0, description="the step blocked on weight pushes")
+    push_s: float = Field(0.0, ge=0, description="upload and apply of the pushes that landed")
+    push_wait_s: float = Field(0.0, ge=0, description="waiting for a background push")
     busy_spans: list[tuple[float, float]] = Field(
         default_factory=list,
         max_length=10_000,

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from rollgym.contract.canary import CanaryResult
 from rollgym.contract.shape import MAX_GROUP_SIZE, RunShape
 
 # Bounds of what a client may send. A body is also capped as a whole (``max_body_bytes``);
@@ -358,6 +359,11 @@ class WeightUpdateResult(BaseModel):
     )
     apply_s: float = Field(description="time the engine was paused to swap them")
     in_flight_policy: Literal["finish", "abort"]
+    canary: CanaryResult | None = Field(
+        None,
+        description="the served-weights check of the update's probes (rollgym.contract.canary); "
+        "None when the push sent none",
+    )
 
 
 class PolicyInfo(BaseModel):

@@ -4,6 +4,7 @@ rollgym model init                        build the default model (rollgym-tiny)
 rollgym model pull smollm2-135m-instruct  fetch, convert and check a catalog model
 rollgym model list                        every known model: present or not, where, size
 rollgym model path [NAME]                 a model's directory (default: rollgym-tiny)
+rollgym model export CHECKPOINT --out DIR  a LoRA checkpoint merged into an ordinary model
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ def add_model_commands(commands: argparse._SubParsersAction) -> None:
     path = model.add_parser("path", help="print a model's directory")
     path.add_argument("name", nargs="?", default=paths.DEFAULT_MODEL_NAME)
     path.set_defaults(handler=_path)
+    export = model.add_parser(
+        "export", help="merge a LoRA checkpoint (trainer.lora) into its base model and save it"
+    )
+    export.add_argument("checkpoint", help="a checkpoint-<step> or best/ directory of a LoRA run")
+    export.add_argument("--out", required=True, help="the merged model's directory")
+    export.add_argument(
+        "--base-model", help="the base model's directory (default: the one the adapter names)"
+    )
+    export.set_defaults(handler=_export)
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -87,3 +97,16 @@ def _path(args: argparse.Namespace) -> int:
 
 def _size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rollgym.trainer.lora import export_merged
+
+    base = Path(args.base_model) if args.base_model else None
+    try:
+        out = export_merged(Path(args.checkpoint), Path(args.out), base_model=base)
+    except FileNotFoundError as exc:
+        print(f"model export: {exc}")
+        return 2
+    print(f"model: merged {args.checkpoint} into {out}")
+    return 0

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollgym.contract.chat import ChatRecord, read_jsonl, template_messages
 from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.server.conversation.codec import ChatCodec
+from rollgym.trainer.lora import LoraSettings
 
 MARKER_FILE = "rollgym-warmstart.json"
 Demos = Annotated[ComputeDemos | GuessDemos, Field(discriminator="kind")]
@@ -66,6 +67,11 @@ class WarmStartConfig(BaseModel):
         "the 3.3M default model it only costs time (the warm start took 22% longer)",
     )
     seed: int = 0
+    lora: LoraSettings | None = Field(
+        None,
+        description="train LoRA adapters (trainer.lora) and merge them into the saved model; "
+        "None: every weight",
+    )
     demonstrations: Path | None = Field(
         None, description="an OpenAI chat JSONL whose records are added to the built-in ones"
     )
@@ -153,7 +159,8 @@ def warm_start(
 
     Two phases where the demonstrations have drills (``rollgym.run.demos``): the drills at
     their own peak learning rate, then the conversations at ``learning_rate``, each on a
-    cosine schedule after a 5% warm-up. ``printer`` gets a progress line at every TRL log step.
+    cosine schedule after a 5% warm-up. With ``config.lora`` both phases train one adapter,
+    merged into the saved model. ``printer`` gets a progress line at every TRL log step.
     """
     if is_warm(out_dir, config):
         return out_dir
@@ -162,15 +169,21 @@ def warm_start(
     work_dir = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(work_dir, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
+    model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
     codec = ChatCodec(tokenizer)
     phases = [
         Phase("drills", drill_examples(config, codec), config.demos.drill_learning_rate, 1.0),
         Phase("SFT", sft_examples(config, codec), config.learning_rate, config.epochs),
     ]
+    if config.lora is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, config.lora.peft_config())
     for phase in phases:
         if phase.examples:
             _train(model, tokenizer, phase, config, work_dir, printer)
+    if config.lora is not None:  # GRPO starts from an ordinary model (and may add its own)
+        model = model.merge_and_unload()
     model.save_pretrained(str(work_dir))
     tokenizer.save_pretrained(str(work_dir))
     marker = {"fingerprint": config.fingerprint(), "config": config.model_dump(mode="json")}

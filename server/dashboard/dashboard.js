@@ -230,7 +230,8 @@ function draw(data) {
       { name: "grad norm", color: COLORS.lag, values: metric("grad_norm") },
       { name: "clip ratio", color: "#f28e2b", values: metric("clip_ratio") },
       { name: "IS ratio p99", color: "#b07aa1", values: metric("is_ratio_p99") },
-      { name: "step KL (trust region)", color: "#59a14f", values: metric("step_kl") }],
+      { name: "step KL (trust region)", color: "#59a14f", values: metric("step_kl") },
+      { name: "served-weights mismatch (canary)", color: "#e15759", values: metric("served_weights_mismatch") }],
   });
 }
 

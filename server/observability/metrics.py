@@ -22,6 +22,8 @@ rollgym_cached_prompt_tokens_total          counter    ... of which served by th
 rollgym_prefix_cache_hit_rate               gauge      cached / prompt tokens since start
 rollgym_generated_tokens_total              counter    sampled tokens
 rollgym_weight_updates_total{outcome}       (see engine.metrics) applied, rejected, failed
+rollgym_served_weights_mismatch             gauge      the last update's canary: max |logprob
+                                                       served - trainer's| on its probes
 rollgym_sessions_active                     gauge      open external-agent sessions
 rollgym_session_groups_total{outcome}       counter    settled session groups: kept, set_aside
 rollgym_agent_quota_refusals_total{agent,quota}  counter  agent calls refused over a quota
@@ -137,6 +139,11 @@ class ServerMetrics(BufferObserver):
         )
         self.generated_tokens = Counter("rollgym_generated_tokens", "sampled tokens", registry=r)
         self.sessions = Gauge("rollgym_sessions_active", "open sessions", registry=r)
+        self.served_weights_mismatch = Gauge(
+            "rollgym_served_weights_mismatch",
+            "last update's canary: max |logprob served - trainer's| on its probes",
+            registry=r,
+        )
         self.session_groups = Counter(
             "rollgym_session_groups", "settled session groups", ["outcome"], registry=r
         )

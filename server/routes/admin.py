@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
+from pydantic import ValidationError
 
 from rollgym.contract import api
+from rollgym.contract.canary import CANARY_HEADER, CanaryProbes
 from rollgym.contract.wire import (
     AckRequest,
     AckResponse,
@@ -27,6 +29,7 @@ from rollgym.engine.base import NcclWeights
 from rollgym.server.access.env_access import check_request
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
+from rollgym.server.observability.canary import check_served_weights
 from rollgym.server.rollout.evaluation import evaluate
 from rollgym.server.routes.deps import ServicesDep, require_admin
 
@@ -38,10 +41,18 @@ async def upload_weights(
     request: Request,
     services: ServicesDep,
     x_expected_version: Annotated[str | None, Header()] = None,
+    x_rollgym_canary: Annotated[str | None, Header()] = None,
 ) -> WeightUpdateResult:
-    """Raw safetensors bytes, streamed; ``X-Expected-Version`` guards against races."""
+    """Raw safetensors bytes, streamed; ``X-Expected-Version`` guards against races;
+    ``X-Rollgym-Canary`` probes are scored once the weights serve (the canary)."""
     expected = _version_header(x_expected_version)
-    return await services.weights.from_stream(request.stream(), expected)
+    probes = _canary_header(x_rollgym_canary)
+    result = await services.weights.from_stream(request.stream(), expected)
+    if probes is None:
+        return result
+    gauge = services.metrics.served_weights_mismatch
+    canary = await check_served_weights(services.engine, probes, gauge)
+    return result.model_copy(update={"canary": canary})
 
 
 @declared(router, api.WEIGHTS_FROM_PATH)
@@ -114,6 +125,18 @@ async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Re
 @declared(router, api.ACK)
 async def ack(body: AckRequest, services: ServicesDep) -> AckResponse:
     return AckResponse(acked=await services.buffer.ack(body.group_ids))
+
+
+def _canary_header(value: str | None) -> CanaryProbes | None:
+    if value is None:
+        return None
+    try:
+        return CanaryProbes.model_validate_json(value)
+    except ValidationError as exc:
+        raise BadRequest(
+            f"{CANARY_HEADER} must be CanaryProbes JSON (rollgym.contract.canary): "
+            f"{exc.errors()[0]['msg']}"
+        ) from None
 
 
 def _version_header(value: str | None) -> int | None:

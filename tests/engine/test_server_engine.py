@@ -246,3 +246,39 @@ async def test_in_flight_requests_never_mix_versions(
     finally:
         engine.config = engine.config.model_copy(update={"in_flight": "finish"})
         await updater.from_path(Path(hf_model.name_or_path), expected_version=None)
+
+
+async def test_scores_are_transformers_logprobs_of_the_same_tokens(engine, hf_model) -> None:
+    tokens = [5, 17, 200, 33, 9, 400, 12, 71]
+    scored = await engine.score(tokens)
+    expected = hf_logprobs(hf_model, tokens[:1], tokens[1:])
+    assert len(scored) == len(tokens) - 1
+    for got, want in zip(scored, expected, strict=True):
+        assert math.isclose(got, want, abs_tol=2e-3), (got, want)
+
+
+async def test_the_canary_fires_exactly_when_the_served_weights_are_not_the_trainers(
+    engine, hf_model, updater, tmp_path
+) -> None:
+    """The real twin of the fake server's canary: the probes of the pushed model pass, those
+    of other weights (what a server that never loaded the update would serve) fire."""
+    from prometheus_client import CollectorRegistry, Gauge
+    from transformers import AutoModelForCausalLM
+
+    from rollgym.server.observability.canary import check_served_weights
+    from rollgym.trainer.canary import CanaryConfig, canary_probes
+
+    gauge = Gauge("mismatch", "canary", registry=CollectorRegistry())
+    config = CanaryConfig()
+    data = new_weights(hf_model, tmp_path / "new", seed=99)
+    pushed = AutoModelForCausalLM.from_pretrained(tmp_path / "new", dtype=torch.float32)
+    version = engine.policy_version
+    await updater.from_stream(chunks(data), expected_version=version)
+    try:
+        right = await check_served_weights(engine, canary_probes(pushed, config), gauge)
+        wrong = await check_served_weights(engine, canary_probes(hf_model, config), gauge)
+    finally:
+        await updater.from_path(Path(hf_model.name_or_path), expected_version=version + 1)
+    assert right.passed and right.mismatch < 2e-3 and right.policy_version == version + 1
+    assert not wrong.passed and wrong.mismatch > 10 * config.tolerance
+    assert gauge._value.get() == wrong.mismatch

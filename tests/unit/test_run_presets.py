@@ -131,3 +131,13 @@ def test_a_task_of_many_images_asks_its_server_for_boxes_of_any_image(tmp_path) 
     settings = config_of("--config", str(file)).task.sandbox_settings()
     assert settings == {"ROLLGYM_SANDBOXES__POOL_SIZE": "0", "ROLLGYM_SANDBOXES__MAX_BOXES": "8"}
     assert RunConfig().task.sandbox_settings()["ROLLGYM_SANDBOXES__MAX_BOXES"] == "0"
+
+
+def test_a_lora_table_turns_the_smollm2_preset_into_a_lora_run(tmp_path) -> None:
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps({"trainer": {"lora": {"rank": 16, "alpha": 32}}}))
+    config = config_of("--preset", "smollm2", "--config", str(file))
+    assert config.grpo.lora is not None and config.grpo.lora.rank == 16
+    peft = config.grpo.lora.peft_config()
+    assert peft.r == 16 and peft.lora_alpha == 32 and "down_proj" in peft.target_modules
+    assert config_of("--preset", "smollm2").grpo.lora is None  # off unless asked

@@ -14,6 +14,7 @@ from server_fakes import (
     settings,
 )
 
+from rollgym.contract.canary import CanaryProbes, Probe
 from rollgym.contract.wire import (
     PullResponse,
     RolloutStatus,
@@ -311,3 +312,47 @@ async def test_metrics_read_the_version_lag_from_the_trainers_last_pull(client) 
 async def test_unknown_routes_answer_with_the_error_body(client) -> None:
     answer = await client.get("/nowhere")
     assert answer.status_code == 404 and set(answer.json()) == {"error", "message"}
+
+
+def _canary(logprob: float, tolerance: float = 0.01) -> str:
+    probes = CanaryProbes(
+        probes=[Probe(token_ids=[3, 4, 5, 6], logprobs=[logprob] * 3)], tolerance=tolerance
+    )
+    return probes.model_dump_json()
+
+
+async def test_the_canary_passes_when_the_served_logprobs_are_the_trainers(client, caplog) -> None:
+    served_after = fake_logprob(1)  # what the fake engine serves at the update's version
+    answer = await client.post(
+        "/admin/weights",
+        content=safetensors_bytes(),
+        headers={**ADMIN, "X-Rollgym-Canary": _canary(served_after)},
+    )
+    result = WeightUpdateResult.model_validate(answer.json())
+    assert result.canary is not None and result.canary.passed
+    assert result.canary.policy_version == 1 and result.canary.mismatch == pytest.approx(0.0)
+    assert "rollgym_served_weights_mismatch 0.0" in (await client.get("/metrics")).text
+    assert "SERVED WEIGHTS MISMATCH" not in caplog.text
+
+
+async def test_the_canary_fires_when_the_server_serves_other_weights(client, caplog) -> None:
+    stale = fake_logprob(0)  # the trainer's values are those of the weights before the update
+    answer = await client.post(
+        "/admin/weights",
+        content=safetensors_bytes(),
+        headers={**ADMIN, "X-Rollgym-Canary": _canary(stale)},
+    )
+    result = WeightUpdateResult.model_validate(answer.json())
+    assert result.canary is not None and not result.canary.passed
+    assert result.canary.mismatch == pytest.approx(abs(fake_logprob(1) - stale))
+    assert "rollgym_served_weights_mismatch 0.1" in (await client.get("/metrics")).text
+    assert "SERVED WEIGHTS MISMATCH at version 1" in caplog.text
+
+
+async def test_a_bad_canary_header_is_refused_before_the_weights_apply(client, engine) -> None:
+    bad = CanaryProbes.model_construct(probes=[], tolerance=0.1).model_dump_json()
+    answer = await client.post(
+        "/admin/weights", content=safetensors_bytes(), headers={**ADMIN, "X-Rollgym-Canary": bad}
+    )
+    assert answer.status_code == 422 and "X-Rollgym-Canary" in answer.json()["message"]
+    assert engine.policy_version == 0 and engine.swapped == []

@@ -66,3 +66,43 @@ def test_a_busy_port_fails_before_the_engine_loads(
 
 def _no_engine_please(settings: object) -> None:
     raise AssertionError("the app (and its engine) was built although the port is taken")
+
+
+def _compose_environment(service: str, given: dict[str, str]) -> dict[str, str]:
+    """``service``'s environment in compose.yaml, its ``${VAR:-default}`` and ``${VAR:?}``
+    resolved as Compose does with ``given`` as the host's variables."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    compose = yaml.safe_load((Path(__file__).parents[2] / "compose.yaml").read_text())
+    pattern = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
+
+    def value(match: re.Match[str]) -> str:
+        name, kind, default = match.groups()
+        if name in given:
+            return given[name]
+        assert kind == "-", f"compose needs {name}: {default}"
+        return default
+
+    environment = compose["services"][service]["environment"]
+    return {key: pattern.sub(value, str(raw)) for key, raw in environment.items()}
+
+
+def test_the_gpu_profiles_server_settings_start_without_a_precision_verdict(
+    monkeypatch, tmp_path, default_model_dir
+) -> None:
+    """The gpu profile once served bfloat16 under float32 training and so refused to start;
+    its settings now pass the precision red line as they are (the CPU-checkable part: the
+    engine's dtype is what every engine test serves)."""
+    hosts = {"ROLLGYM_ADMIN_TOKEN": TOKEN, "ROLLGYM_AGENT_KEY": "an-agent-key-long-enough"}
+    for key, value in _compose_environment("server-gpu", hosts).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ROLLGYM_DATA_DIR", str(tmp_path))  # /data in the container
+    monkeypatch.setenv("ROLLGYM_ENGINE__MODEL_DIR", str(default_model_dir))
+    settings = ServerSettings()
+    assert settings.engine.dtype == settings.engine.training_dtype == "float32"
+    monkeypatch.setenv("ROLLGYM_ENGINE__DTYPE", "bfloat16")  # ROLLGYM_GPU_DTYPE=bfloat16
+    with pytest.raises(ValidationError, match=r"rollgym eval .* --precision bfloat16"):
+        ServerSettings()

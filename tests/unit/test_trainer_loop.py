@@ -29,6 +29,7 @@ from rollgym.trainer.checkpoint import latest_checkpoint, read_state
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import ServerReplyError
 from rollgym.trainer.loop import train
+from rollgym.trainer.lora import LoraSettings, is_adapter_dir, load_policy, served_tensors
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
@@ -276,8 +277,9 @@ def _evaluator(rates: list[float]):  # type: ignore[no-untyped-def]
     return answer
 
 
+@pytest.mark.parametrize("lora", [None, LoraSettings(rank=4)], ids=["full", "lora"])
 def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
-    tmp_path, default_model_dir
+    tmp_path, default_model_dir, lora
 ) -> None:
     from rollgym.contract.wire import SamplingSettings
     from rollgym.trainer.config import GuardConfig, OnlineEvalConfig
@@ -290,6 +292,7 @@ def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
         total_steps=5,
         online_eval=OnlineEvalConfig(every=1, episodes=8, first_seed=500),
         guard=GuardConfig(margin=0.15, lr_factor=0.5),
+        lora=lora,
     )
     task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
     lines: list[str] = []
@@ -306,8 +309,9 @@ def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
     assert read_points(config.output_dir) == result.online_eval
     assert result.best_dir == config.output_dir / BEST_DIR
     # the rollback pushed step 2's weights (kept as the best) after step 3's own push
-    best = AutoModelForCausalLM.from_pretrained(result.best_dir)
-    for name, tensor in best.named_parameters():
+    best = served_tensors(load_policy(result.best_dir))  # a LoRA run's best is its adapter
+    assert is_adapter_dir(result.best_dir) == (lora is not None)
+    for name, tensor in best.items():
         torch.testing.assert_close(fake.weights[4][name], tensor.detach())
     assert len(fake.weights) == 1 + 5 + 1 and result.policy_version == fake.version == 7
     [guard] = [line for line in lines if line.startswith("GUARD")]

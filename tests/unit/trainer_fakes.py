@@ -27,8 +27,11 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from safetensors.torch import load as safetensors_load
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from rollgym.contract.canary import CANARY_HEADER, CanaryProbes, CanaryResult, logprob_mismatch
 from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
+from rollgym.contract.paths import default_model_dir
 from rollgym.contract.staleness import oldest_fresh_version
 from rollgym.contract.wire import (
     AckRequest,
@@ -45,6 +48,7 @@ from rollgym.contract.wire import (
     TurnRecord,
     WeightUpdateResult,
 )
+from rollgym.trainer.canary import sequence_logprobs
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import ClientConfig
 
@@ -147,6 +151,10 @@ class FakeServer:
         # acks still answered before they start failing with 500 (None: never fail), to
         # play a crash between a checkpoint and its ack
         self.acks_before_failure: int | None = None
+        # pushes the fake serves behind: 1 plays an update applied but never served (the canary)
+        self.serving_lag = 0
+        self.scores_canary = True  # False: a server (or router) that ignores the probes
+        self._scorer: Any = None  # the default model's architecture, given the served weights
         self.reports: list[TrainerReport] = []  # the dashboard's step reports
         self.evaluations: list[EvaluationRequest] = []
         # what an evaluation answers per seed (absent: a random group of ``samples``), or
@@ -157,6 +165,27 @@ class FakeServer:
         self.app = self._build_app()
         if dashboard:
             self._add_dashboard(self.app)
+
+    def _canary(self, probes: CanaryProbes) -> CanaryResult:
+        """What the server's canary answers, scored by transformers on the served weights
+        (the real twin scores with vLLM: tests/engine/test_server_engine.py)."""
+        if self._scorer is None:
+            config = AutoConfig.from_pretrained(default_model_dir())
+            self._scorer = AutoModelForCausalLM.from_config(config)
+        served = self.weights[max(len(self.weights) - 1 - self.serving_lag, 0)]
+        missing, unexpected = self._scorer.load_state_dict(served, strict=False)
+        assert not unexpected and all(name == "lm_head.weight" for name in missing)
+        self._scorer.tie_weights()
+        rows = [probe.token_ids for probe in probes.probes]
+        mismatch = logprob_mismatch(
+            [probe.logprobs for probe in probes.probes], sequence_logprobs(self._scorer, rows)
+        )
+        return CanaryResult(
+            policy_version=self.version,
+            mismatch=mismatch,
+            tolerance=probes.tolerance,
+            passed=mismatch <= probes.tolerance,
+        )
 
     def client(self, *, token: str | None = TOKEN) -> ServerClient:
         config = ClientConfig(url="http://fake", admin_token=token)
@@ -197,12 +226,16 @@ class FakeServer:
             body = await request.body()
             self.weights.append(dict(safetensors_load(body)))
             self.version += 1
+            probes = request.headers.get(CANARY_HEADER)
             return WeightUpdateResult(
                 policy_version=self.version,
                 bytes=len(body),
                 load_s=0.0,
                 apply_s=0.0,
                 in_flight_policy="finish",
+                canary=self._canary(CanaryProbes.model_validate_json(probes))
+                if probes and self.scores_canary
+                else None,
             )
 
         @app.post("/admin/buffer/pull")

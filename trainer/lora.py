@@ -1,0 +1,131 @@
+"""LoRA: train low-rank adapters (``peft``) instead of the whole model.
+
+``LoraSettings`` is the run's choice (``TrainerConfig.lora``; None trains every weight). TRL
+wraps the model in a ``peft.PeftModel`` from ``LoraSettings.peft_config()``; the optimizer
+then holds only the adapters' matrices ``A`` (``r x in``) and ``B`` (``out x r``), and each
+adapted linear layer computes ``W x + (alpha / r) * B A x``.
+
+The server serves plain checkpoint weights, so what a push sends is the merged model
+(``merged_tensors``): each adapted layer's ``W + (alpha / r) * B A`` under the base
+checkpoint's names, computed beside the training model without touching it. A checkpoint
+(TRL's ``save_model`` of a ``PeftModel``) holds the adapter only (``adapter_model.safetensors``
+and ``adapter_config.json``); ``export_merged`` folds one into its base model and writes an
+ordinary model directory (``rollgym export-model``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import AutoPeftModelForCausalLM, LoraConfig, PeftConfig, PeftModel
+from peft.tuners.lora import LoraLayer
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+ADAPTER_CONFIG_FILE = "adapter_config.json"  # written by peft's save_pretrained
+ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(BaseModel):
+    """The adapters: which linear layers get one, their rank and their scale.
+
+    >>> LoraSettings(rank=8).peft_config().lora_alpha
+    16
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = Field(16, ge=1, le=1024, description="r: the adapters' inner dimension")
+    alpha: int | None = Field(
+        None, gt=0, description="the update's scale is alpha / rank; None: 2 x rank"
+    )
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(ATTENTION_AND_MLP),
+        min_length=1,
+        description="names of the linear layers that get an adapter (default: attention and MLP)",
+    )
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input")
+
+    def peft_config(self) -> LoraConfig:
+        """The ``peft.LoraConfig`` TRL builds the ``PeftModel`` from."""
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha if self.alpha is not None else 2 * self.rank,
+            target_modules=list(self.target_modules),
+            lora_dropout=self.dropout,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+
+
+def merged_tensors(model: PeftModel) -> dict[str, torch.Tensor]:
+    """``model``'s weights with every active adapter folded in, under the base checkpoint's
+    names (what ``named_parameters()`` of the un-wrapped model would list); ``model`` is
+    not changed."""
+    base: Any = model.get_base_model()
+    tensors: dict[str, torch.Tensor] = {}
+    for name, param in base.named_parameters():
+        if ".lora_" in name:
+            continue
+        tensors[name.replace(".base_layer.", ".")] = param.detach()
+    for name, module in base.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        layer: Any = module  # each LoRA layer kind (Linear, Embedding...) has get_delta_weight
+        weight = tensors[f"{name}.weight"]
+        with torch.no_grad():
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A:
+                    weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
+        tensors[f"{name}.weight"] = weight
+    return tensors
+
+
+def served_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights the server serves for ``model``: its parameters (a tied tensor once), a
+    LoRA model's merged (``merged_tensors``)."""
+    if isinstance(model, PeftModel):
+        return merged_tensors(model)
+    return dict(model.named_parameters())
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """Whether ``path`` holds a peft adapter (a LoRA checkpoint) rather than a whole model."""
+    return (path / ADAPTER_CONFIG_FILE).is_file()
+
+
+def load_policy(model_dir: Path) -> torch.nn.Module:
+    """The policy saved in ``model_dir``: an ordinary model, or its base with the adapter
+    on top (a ``PeftModel``, whose push sends the merged weights) when it holds one."""
+    if is_adapter_dir(model_dir):
+        return AutoPeftModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+def export_merged(adapter_dir: Path, output_dir: Path, *, base_model: Path | None = None) -> Path:
+    """Fold the adapter in ``adapter_dir`` into its base model; write the merged model and
+    the base's tokenizer to ``output_dir`` (an ordinary model directory any loader reads).
+
+    ``base_model`` overrides the base the adapter names (its ``base_model_name_or_path``),
+    e.g. when the run's model directory has moved since training.
+    """
+    if not is_adapter_dir(adapter_dir):
+        raise FileNotFoundError(
+            f"{adapter_dir} holds no LoRA adapter ({ADAPTER_CONFIG_FILE} missing): "
+            "pass a checkpoint of a run trained with trainer.lora"
+        )
+    base_path = base_model or Path(
+        PeftConfig.from_pretrained(str(adapter_dir)).base_model_name_or_path
+    )
+    if not base_path.is_dir():
+        raise FileNotFoundError(
+            f"the adapter's base model {base_path} is not a directory: pass the base model's "
+            "directory (--base-model)"
+        )
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    merged.save_pretrained(output_dir)
+    AutoTokenizer.from_pretrained(base_path).save_pretrained(output_dir)
+    return output_dir
