@@ -61,6 +61,22 @@ class Generation:
     prefill_s: float = 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class OutputConstraint:
+    """What constrained decoding lets the model write (vLLM's structured outputs, xgrammar).
+
+    ``kind`` names one of vLLM's ``StructuredOutputsParams`` constraints: ``json`` (``spec``
+    is a JSON schema's text), ``json_object`` (any JSON object; ``spec`` unused) or
+    ``structural_tag`` (``spec`` is an xgrammar structural tag's JSON: the tool calls of a
+    model family's own format). JSON is written without free whitespace. The grammar only
+    masks what may be sampled: the tokens and logprobs a generation returns are the ones
+    sampled, as without it.
+    """
+
+    kind: Literal["json", "json_object", "structural_tag"]
+    spec: str = ""
+
+
 @runtime_checkable
 class PolicyEngine(Protocol):
     """An engine serving the current policy; its version rises by one per weight update."""
@@ -77,12 +93,13 @@ class PolicyEngine(Protocol):
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         """Sample a completion of ``prompt_ids``.
 
         It ends at a ``stop_token_ids`` token (kept) or after the token that completes one
         of the ``stop`` texts (kept whole: the caller cuts the text); ``seed`` makes the
-        sampling reproducible.
+        sampling reproducible; ``constraint`` limits what may be sampled.
         """
         ...
 

@@ -5,7 +5,8 @@ version (``-0.1 * (version + 1)``), so tests can tell versions apart in a trajec
 keeps the real engine's contract: a generation comes from one version (with ``finish``,
 a swap waits for running generations), ``max_tokens`` and stop ids cut the output, so do
 ``stop`` texts when the fake is given a ``decode`` (the token completing one is kept; the
-script is deterministic, so any ``seed`` is honoured), and
+script is deterministic, so any ``seed`` is honoured; a ``constraint`` is kept in
+``constraints``, not applied: the script says what is sampled), and
 ``cached_tokens`` counts the longest prefix shared with one of the last 256 contexts (a
 stand-in for vLLM's prefix cache), reset by a swap.
 """
@@ -24,6 +25,7 @@ from rollgym.engine.base import (
     Generation,
     Manifest,
     NcclWeights,
+    OutputConstraint,
     StagedWeights,
     Swap,
     TensorSpec,
@@ -63,6 +65,7 @@ class FakeEngine:
         self._contexts: collections.deque[list[int]] = collections.deque(maxlen=256)
         self.swapped: list[StagedWeights | NcclWeights] = []
         self.prompts: list[list[int]] = []
+        self.constraints: list[OutputConstraint | None] = []  # each generation's, unapplied
 
     @property
     def policy_version(self) -> int:
@@ -96,6 +99,7 @@ class FakeEngine:
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         async with self._swap_lock:  # wait while a swap runs
             self._running += 1
@@ -103,6 +107,7 @@ class FakeEngine:
             version = self._version
             prompt = list(prompt_ids)
             self.prompts.append(prompt)
+            self.constraints.append(constraint)
             cached = max((_common_prefix(prompt, c) for c in self._contexts), default=0)
             if self._latency_s:
                 await asyncio.sleep(self._latency_s)

@@ -52,6 +52,7 @@ from rollgym.engine.base import (
     Generation,
     Manifest,
     NcclWeights,
+    OutputConstraint,
     StagedWeights,
     Swap,
 )
@@ -140,6 +141,7 @@ class VLLMEngine:
 
     def _new_llm(self, *, drafting: bool) -> AsyncLLM:
         """A new vLLM engine on the checkpoint's weights; ``drafting``: with the drafter."""
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -167,6 +169,11 @@ class VLLMEngine:
             weight_transfer_config=_weight_transfer(c),
             speculative_config=_speculative(c) if drafting else None,
             quantization=c.quantization,
+            # constrained JSON without free whitespace (xgrammar reads it engine-wide): a
+            # small model's runs of blank lines would eat the token budget
+            structured_outputs_config=StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
         )
         vllm_config = args.create_engine_config()
         # A stat logger of our own turns on per-request timings without vLLM's default
@@ -329,6 +336,7 @@ class VLLMEngine:
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         room = self.config.max_model_len - len(prompt_ids)
         if room <= 0 or not prompt_ids:
@@ -340,7 +348,7 @@ class VLLMEngine:
 
         try:
             params = _sampling_params(
-                sampling, min(sampling.max_tokens, room), stop_token_ids, stop, seed
+                sampling, min(sampling.max_tokens, room), stop_token_ids, stop, seed, constraint
             )
         except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
             raise BadInput(f"the engine refused the sampling settings: {exc}") from exc
@@ -607,10 +615,16 @@ def _sampling_params(
     stop_ids: Sequence[int],
     stop: Sequence[str],
     seed: int | None,
+    constraint: OutputConstraint | None = None,
 ) -> Any:
     """vLLM's parameters; it detokenizes only to find ``stop`` texts (its text is unused)."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    structured = None
+    if constraint is not None:
+        value = True if constraint.kind == "json_object" else constraint.spec
+        structured = StructuredOutputsParams(**{constraint.kind: value})
 
     return SamplingParams(
         temperature=settings.temperature,
@@ -623,6 +637,7 @@ def _sampling_params(
         flat_logprobs=True,
         detokenize=bool(stop),
         output_kind=RequestOutputKind.FINAL_ONLY,
+        structured_outputs=structured,
     )
 
 

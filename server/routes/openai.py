@@ -6,7 +6,9 @@ Every answer carries the policy version (body ``policy_version``, header
 
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
 ``tool_choice`` is ``none``) its tool calls are parsed out of it (``server.conversation.toolcalls``);
-the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
+the sampled ids are recorded whole either way. ``tool_choice`` ``required`` or named,
+``parallel_tool_calls: false`` and ``response_format`` constrain what is sampled
+(``server.conversation.constraints``). A tool call's id names its answer, its choice
 and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
 answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
@@ -45,11 +47,13 @@ from rollgym.contract.openai import (
     ModelList,
     TokenLogprob,
     ToolCall,
+    policy_fingerprint,
     usage,
 )
 from rollgym.contract.wire import SamplingSettings
-from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.engine.base import Generation, OutputConstraint, PolicyEngine
 from rollgym.server.conversation.codec import ChatCodec, ChatInputError
+from rollgym.server.conversation.constraints import constraint_of
 from rollgym.server.conversation.toolcalls import parse_tool_calls
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
@@ -88,6 +92,7 @@ async def chat_completions(
     answer_id = uuid.uuid4().hex
     if session_id is not None and body.n > 1:
         raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
+    constraint = await constraint_of(body)
     with services.quotas.reserve_tokens(agent, body.n * sampling.max_tokens) as hold:
         if session_id is not None:
             turn = _SessionAnswer(codec, body, answer_id)
@@ -100,11 +105,14 @@ async def chat_completions(
                 stop=body.stop_strings,
                 seed=body.seed,
                 answer=turn,
+                constraint=constraint,
             )
             generations, prompt_ids, shown = [generation], None, turn.shown
         else:
             prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
-            generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+            generations = await _n_generations(
+                services.policy, codec, body, prompt_ids, sampling, constraint
+            )
             shown = None
         hold.charge(sum(len(g.token_ids) for g in generations))
     if shown is not None and not body.logprobs:  # nothing left to decode: no thread hop
@@ -123,6 +131,7 @@ async def chat_completions(
         policy_version=version,
         prompt_token_ids=prompt_ids if body.return_token_ids else None,
         session_id=session_id,
+        system_fingerprint=policy_fingerprint(version),
     )
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -141,6 +150,7 @@ async def _n_generations(
     body: ChatCompletionRequest,
     prompt_ids: list[int],
     sampling: SamplingSettings,
+    constraint: OutputConstraint | None,
 ) -> list[Generation]:
     """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``."""
     return await asyncio.gather(
@@ -151,6 +161,7 @@ async def _n_generations(
                 stop_token_ids=[codec.eos_id],
                 stop=body.stop_strings,
                 seed=None if body.seed is None else body.seed + i,
+                constraint=constraint,
             )
             for i in range(body.n)
         )

@@ -65,7 +65,7 @@ from rollgym.contract.wire import (
     SessionCreated,
     SessionStepResult,
 )
-from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.engine.base import Generation, OutputConstraint, PolicyEngine
 from rollgym.envs import aio
 from rollgym.server.access.agent_keys import SessionLease
 from rollgym.server.access.env_access import EnvAccessConfig, check_request
@@ -268,11 +268,13 @@ class SessionManager:
         stop: Sequence[str] = (),
         seed: int | None = None,
         answer: Callable[[Generation], ModelAnswer] | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         """An LLM call of the session's agent, recorded as the session's next model turn.
 
         ``answer`` is what the agent gets of the generation (default: the decoded tokens,
-        written and shown alike; the OpenAI route cuts stop texts and parses tool calls).
+        written and shown alike; the OpenAI route cuts stop texts and parses tool calls);
+        ``constraint`` limits what is sampled (the sampled ids are recorded all the same).
         """
         session = self._get(session_id, agent)
         async with session.lock:
@@ -289,7 +291,12 @@ class SessionManager:
                     f"{self._max_model_len}: the episode is over; DELETE the session to keep it"
                 )
             generation = await self._engine.generate(
-                context, sampling, stop_token_ids=[self._codec.eos_id], stop=stop, seed=seed
+                context,
+                sampling,
+                stop_token_ids=[self._codec.eos_id],
+                stop=stop,
+                seed=seed,
+                constraint=constraint,
             )
             session.record.model_turn(context, generation)
             session.answer = (answer or self._decoded)(generation)
