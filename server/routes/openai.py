@@ -52,6 +52,7 @@ from rollgym.contract.openai import (
 )
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import Generation, OutputConstraint, PolicyEngine
+from rollgym.server.access.agent_keys import Agent
 from rollgym.server.conversation.codec import ChatCodec, ChatInputError
 from rollgym.server.conversation.constraints import constraint_of
 from rollgym.server.conversation.toolcalls import parse_tool_calls
@@ -79,6 +80,24 @@ async def chat_completions(
     agent: AgentDep,
     x_rollgym_session: Annotated[str | None, Header()] = None,
 ) -> ChatCompletion | StreamingResponse:
+    completion = await answer_chat(body, services, agent, body.session_id or x_rollgym_session)
+    version = completion.policy_version
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(
+            sse(chat_chunks(completion, include_usage=include_usage)),
+            media_type="text/event-stream",
+            headers={VERSION_HEADER: str(version)},
+        )
+    response.headers[VERSION_HEADER] = str(version)
+    return completion
+
+
+async def answer_chat(
+    body: ChatCompletionRequest, services: Services, agent: Agent, session_id: str | None
+) -> ChatCompletion:
+    """The chat answer to ``body``, recorded as the turn of session ``session_id`` if one is
+    named: the one path of every OpenAI door (chat completions, Responses)."""
     _check_model(body.model, services)
     sampling = _sampling(services, body.temperature, body.top_p, body.token_limit)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
@@ -88,7 +107,6 @@ async def chat_completions(
     codec = services.codec
     content_chars = sum(len(m["content"]) for m in messages)  # rendered as they are
     codec.check_chars(content_chars, services.settings.engine.max_model_len)
-    session_id = body.session_id or x_rollgym_session
     answer_id = uuid.uuid4().hex
     if session_id is not None and body.n > 1:
         raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
@@ -121,7 +139,7 @@ async def chat_completions(
         choices = await asyncio.to_thread(_choices, codec, body, generations, answer_id, shown)
     first = generations[0]
     version = min(g.policy_version for g in generations)
-    completion = ChatCompletion(
+    return ChatCompletion(
         id=f"rollgym-{answer_id}",
         model=body.model,
         choices=choices,
@@ -133,15 +151,6 @@ async def chat_completions(
         session_id=session_id,
         system_fingerprint=policy_fingerprint(version),
     )
-    if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(
-            sse(chat_chunks(completion, include_usage=include_usage)),
-            media_type="text/event-stream",
-            headers={VERSION_HEADER: str(version)},
-        )
-    response.headers[VERSION_HEADER] = str(version)
-    return completion
 
 
 async def _n_generations(
