@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -34,6 +34,7 @@ from rollgym.contract.responses import ResponseObject, ResponsesRequest
 from rollgym.server.conversation.response_items import ChatMessage, chat_messages
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
+from rollgym.server.http.disconnect import stops_with_client
 from rollgym.server.routes.deps import AgentDep, ServicesDep
 from rollgym.server.routes.openai import VERSION_HEADER, answer_chat
 from rollgym.server.routes.responses_stream import response_events, sse
@@ -41,9 +42,11 @@ from rollgym.server.routes.responses_stream import response_events, sse
 router = APIRouter()
 
 
-@declared(router, api.RESPONSES)
+@declared(router, api.RESPONSES, response_model_exclude_none=True)
+@stops_with_client
 async def responses(
     body: ResponsesRequest,
+    raw_request: Request,
     response: Response,
     services: ServicesDep,
     agent: AgentDep,
