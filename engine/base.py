@@ -17,6 +17,7 @@ A ``ServingEngine`` is both, with a life (``start``/``close``). The vLLM adapter
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from collections.abc import Awaitable, Mapping, Sequence
@@ -61,6 +62,16 @@ class Generation:
     prefill_s: float = 0.0
 
 
+class Abandoned(asyncio.CancelledError):
+    """A generation cancelled by its caller (its client left): the engine stopped sampling
+    it; ``generated`` tokens had been sampled (what the caller's key is charged). A
+    ``CancelledError``: the cancellation goes on as one."""
+
+    def __init__(self, generated: int):
+        super().__init__(f"abandoned after {generated} tokens")
+        self.generated = generated
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputConstraint:
     """What constrained decoding lets the model write (vLLM's structured outputs, xgrammar).
@@ -99,7 +110,8 @@ class PolicyEngine(Protocol):
 
         It ends at a ``stop_token_ids`` token (kept) or after the token that completes one
         of the ``stop`` texts (kept whole: the caller cuts the text); ``seed`` makes the
-        sampling reproducible; ``constraint`` limits what may be sampled.
+        sampling reproducible; ``constraint`` limits what may be sampled. Cancelled, it
+        stops sampling and raises ``Abandoned``.
         """
         ...
 

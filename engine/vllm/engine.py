@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import (
     TORCH_DTYPE,
+    Abandoned,
     FinishReason,
     Generation,
     Manifest,
@@ -380,19 +381,15 @@ class VLLMEngine:
         )
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
-        from vllm.exceptions import VLLMClientError
-        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
-
-        final = None
+        """One request to vLLM. Cancelled (its client left), it is aborted in vLLM, whose
+        last output then holds what was sampled: ``Abandoned`` says how many tokens."""
+        collecting = asyncio.ensure_future(self._collect(prompt_ids, params, request_id))
         try:
-            async for output in self._engine().generate(
-                {"prompt_token_ids": list(prompt_ids)}, params, request_id
-            ):
-                final = output
-        except (EngineDeadError, EngineGenerateError) as exc:
-            raise EngineFailure(f"the engine failed: {exc!r}") from exc
-        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
-            raise BadInput(f"the engine refused the request: {exc}") from exc
+            final = await asyncio.shield(collecting)
+        except asyncio.CancelledError:
+            await self._engine().abort(request_id)
+            last = await collecting
+            raise Abandoned(len(last.outputs[0].token_ids) if last else 0) from None
         if final is None:
             raise EngineFailure("the engine returned no output")
         completion = final.outputs[0]
@@ -408,6 +405,23 @@ class VLLMEngine:
             model_s=max(stats.last_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
             prefill_s=max(stats.first_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
         )
+
+    async def _collect(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> Any:
+        """vLLM's last output of the request (None if it sent none)."""
+        from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        final = None
+        try:
+            async for output in self._engine().generate(
+                {"prompt_token_ids": list(prompt_ids)}, params, request_id
+            ):
+                final = output
+        except (EngineDeadError, EngineGenerateError) as exc:
+            raise EngineFailure(f"the engine failed: {exc!r}") from exc
+        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
+            raise BadInput(f"the engine refused the request: {exc}") from exc
+        return final
 
     def _version_of(self, stamps: set[str]) -> int:
         if not stamps:

@@ -14,6 +14,7 @@ answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
+A client that leaves before its answer stops its generations (``server.http.disconnect``).
 Chat and completions need an agent key (``server.access.agent_keys``): a call reserves what it
 may generate (``max_tokens`` x ``n``) of the key's tokens-per-minute quota before it runs,
 is charged what it generated and refunded the rest when it ends.
@@ -28,7 +29,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
 from rollgym.contract import api
@@ -51,13 +52,14 @@ from rollgym.contract.openai import (
     usage,
 )
 from rollgym.contract.wire import SamplingSettings
-from rollgym.engine.base import Generation, OutputConstraint, PolicyEngine
+from rollgym.engine.base import Abandoned, Generation, OutputConstraint, PolicyEngine
 from rollgym.server.access.agent_keys import Agent
 from rollgym.server.conversation.codec import ChatCodec, ChatInputError
 from rollgym.server.conversation.constraints import constraint_of
 from rollgym.server.conversation.toolcalls import parse_tool_calls
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
+from rollgym.server.http.disconnect import stops_with_client
 from rollgym.server.http.offload import by_size
 from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_stream import chat_chunks, sse
@@ -73,8 +75,10 @@ async def models(services: ServicesDep) -> ModelList:
 
 
 @declared(router, api.CHAT)
+@stops_with_client
 async def chat_completions(
     body: ChatCompletionRequest,
+    raw_request: Request,
     response: Response,
     services: ServicesDep,
     agent: AgentDep,
@@ -161,9 +165,10 @@ async def _n_generations(
     sampling: SamplingSettings,
     constraint: OutputConstraint | None,
 ) -> list[Generation]:
-    """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``."""
-    return await asyncio.gather(
-        *(
+    """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``;
+    cancelled, ``Abandoned`` with what they all had generated."""
+    running = [
+        asyncio.ensure_future(
             policy.generate(
                 prompt_ids,
                 sampling,
@@ -172,14 +177,24 @@ async def _n_generations(
                 seed=None if body.seed is None else body.seed + i,
                 constraint=constraint,
             )
-            for i in range(body.n)
         )
-    )
+        for i in range(body.n)
+    ]
+    try:
+        return await asyncio.gather(*running)
+    except asyncio.CancelledError:
+        ended = await asyncio.gather(*running, return_exceptions=True)
+        raise Abandoned(sum(e.generated for e in ended if isinstance(e, Abandoned))) from None
 
 
 @declared(router, api.COMPLETIONS)
+@stops_with_client
 async def completions(
-    body: CompletionRequest, response: Response, services: ServicesDep, agent: AgentDep
+    body: CompletionRequest,
+    raw_request: Request,
+    response: Response,
+    services: ServicesDep,
+    agent: AgentDep,
 ) -> Completion:
     _check_model(body.model, services)
     sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)
