@@ -167,9 +167,11 @@ async def _n_generations(
 ) -> list[Generation]:
     """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``;
     cancelled, ``Abandoned`` with what they all had generated."""
-    running = [
-        asyncio.ensure_future(
-            policy.generate(
+    generated: list[int] = []
+
+    async def choice(i: int) -> Generation:
+        try:
+            return await policy.generate(
                 prompt_ids,
                 sampling,
                 stop_token_ids=[codec.eos_id],
@@ -177,14 +179,14 @@ async def _n_generations(
                 seed=None if body.seed is None else body.seed + i,
                 constraint=constraint,
             )
-        )
-        for i in range(body.n)
-    ]
+        except Abandoned as gone:  # a task keeps only one of its choices' errors: count here
+            generated.append(gone.generated)
+            raise
+
     try:
-        return await asyncio.gather(*running)
-    except asyncio.CancelledError:
-        ended = await asyncio.gather(*running, return_exceptions=True)
-        raise Abandoned(sum(e.generated for e in ended if isinstance(e, Abandoned))) from None
+        return await asyncio.gather(*(choice(i) for i in range(body.n)))
+    except asyncio.CancelledError:  # raised once every choice has ended
+        raise Abandoned(sum(generated)) from None
 
 
 @declared(router, api.COMPLETIONS)
