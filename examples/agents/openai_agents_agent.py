@@ -14,8 +14,8 @@ output; the episode steps the session on it too and goes on with the env's reply
 next input. A run also ends when a step ends the episode or the env answered the calls
 otherwise (refused them with a ``user`` message): the next input then carries the env's
 messages as they are, never tool results the session did not see. An answer cut by
-``max_tokens`` is an ``incomplete`` Response, which the SDK raises on: the episode ends
-there (``Episode.cut``; the session keeps the turn).
+``max_tokens`` is an ``incomplete`` Response, which the SDK raises on: the env acts on
+it (as chat's agent does on a cut answer) and the episode ends there (``Episode.cut``).
 
     python -m examples.agents.openai_agents_agent --url http://127.0.0.1:8000 --key "$KEY"
 """
@@ -187,8 +187,9 @@ async def play_episode(
             raise  # otherwise the episode is over: the model's context is full
     except ModelBehaviorError as exc:
         if "status=incomplete" not in str(exc):
-            raise  # otherwise the answer was cut by max_tokens: the episode ends there
+            raise  # otherwise the answer was cut by max_tokens: the env acts on it, the end
         episode.cut = True
+        await steps.step()
     finally:
         await client.close()
     closed = await http.delete(f"/v1/sessions/{episode.session_id}")

@@ -10,6 +10,7 @@ import openai
 import pytest
 from server_fakes import AGENT_KEY
 
+from rollgym.engine.base import OutputConstraint
 from rollgym.engine.fake import FakeEngine
 
 MODEL = "rollgym-tiny"
@@ -93,6 +94,18 @@ async def test_a_cut_answer_is_incomplete(sdk) -> None:
     answer = await sdk.responses.create(model=MODEL, input="2 + 3?", max_output_tokens=2)
     assert answer.status == "incomplete"
     assert answer.incomplete_details.reason == "max_output_tokens"
+
+
+async def test_text_format_and_tool_choice_constrain_as_on_chat(sdk, engine) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    text = {"format": {"type": "json_schema", "name": "n", "schema": schema}}
+    await sdk.responses.create(model=MODEL, input="2 + 3?", text=text)
+    named = {"type": "function", "name": "calculator"}
+    await sdk.responses.create(model=MODEL, input="2 + 3?", tools=[CALCULATOR], tool_choice=named)
+    as_json, as_call = engine.constraints
+    assert as_json == OutputConstraint("json", json.dumps(schema))
+    assert as_call is not None and as_call.kind == "structural_tag"
+    assert '"name": "calculator"' in json.loads(as_call.spec)["format"]["tags"][0]["begin"]
 
 
 @pytest.mark.parametrize(
