@@ -633,12 +633,7 @@ def _sampling_params(
 ) -> Any:
     """vLLM's parameters; it detokenizes only to find ``stop`` texts (its text is unused)."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
-
-    structured = None
-    if constraint is not None:
-        value = True if constraint.kind == "json_object" else constraint.spec
-        structured = StructuredOutputsParams(**{constraint.kind: value})
+    from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
         temperature=settings.temperature,
@@ -651,8 +646,19 @@ def _sampling_params(
         flat_logprobs=True,
         detokenize=bool(stop),
         output_kind=RequestOutputKind.FINAL_ONLY,
-        structured_outputs=structured,
+        structured_outputs=None if constraint is None else _structured(constraint),
     )
+
+
+def _structured(constraint: OutputConstraint) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for ``constraint``."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if constraint.kind == "json":
+        return StructuredOutputsParams(json=constraint.spec)
+    if constraint.kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    return StructuredOutputsParams(structural_tag=constraint.spec)
 
 
 def _sampled_logprobs(logprobs: Any, count: int) -> list[float]:

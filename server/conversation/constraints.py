@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Literal
 
 from rollgym.contract.openai import ChatCompletionRequest, NamedToolChoice
 from rollgym.engine.base import OutputConstraint
@@ -80,9 +81,11 @@ def _tool_calls_tag(body: ChatCompletionRequest, tool_format: str) -> str | None
         ChatCompletionToolsParam.model_validate(tool.model_dump(exclude_none=True))
         for tool in body.tools or ()
     ]
-    choice = body.tool_choice or "auto"
-    if isinstance(choice, NamedToolChoice):
-        choice = ChatCompletionNamedToolChoiceParam.model_validate(choice.model_dump())
+    choice: ChatCompletionNamedToolChoiceParam | Literal["auto", "none", "required"] = (
+        ChatCompletionNamedToolChoiceParam.model_validate(body.tool_choice.model_dump())
+        if isinstance(body.tool_choice, NamedToolChoice)
+        else body.tool_choice or "auto"
+    )
     single = body.parallel_tool_calls is False
     # FUNCTION: the envelope is constrained even with auto (one call at most needs a grammar)
     level = ToolStrictLevel.FUNCTION if single else ToolStrictLevel.AUTO

@@ -37,19 +37,19 @@ from openai.types.responses import (
     ResponseOutputItemDoneEvent,
     ResponseOutputMessage,
     ResponseOutputText,
+    ResponseStreamEvent,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
 )
-from pydantic import BaseModel
 
 from rollgym.contract.responses import ResponseObject
 
 
-def response_events(answer: ResponseObject) -> list[BaseModel]:
+def response_events(answer: ResponseObject) -> list[ResponseStreamEvent]:
     """``answer`` as the events of its stream, in order (see the module docstring)."""
     number = itertools.count()
     started = answer.model_copy(update={"status": "in_progress", "output": [], "usage": None})
-    events: list[BaseModel] = [
+    events: list[ResponseStreamEvent] = [
         ResponseCreatedEvent(
             type="response.created", response=started, sequence_number=next(number)
         ),
@@ -74,7 +74,7 @@ def response_events(answer: ResponseObject) -> list[BaseModel]:
     return events
 
 
-def _item_events(item: Any, index: int, number: Iterator[int]) -> list[BaseModel]:
+def _item_events(item: Any, index: int, number: Iterator[int]) -> list[ResponseStreamEvent]:
     if isinstance(item, ResponseOutputMessage):
         empty = item.model_copy(update={"status": "in_progress", "content": []})
     else:
@@ -98,7 +98,7 @@ def _item_events(item: Any, index: int, number: Iterator[int]) -> list[BaseModel
 
 def _text_events(
     item: ResponseOutputMessage, at: dict[str, Any], number: Iterator[int]
-) -> list[BaseModel]:
+) -> list[ResponseStreamEvent]:
     [part] = item.content
     assert isinstance(part, ResponseOutputText)
     blank = ResponseOutputText(type="output_text", text="", annotations=[])
@@ -124,7 +124,7 @@ def _text_events(
 
 def _call_events(
     item: ResponseFunctionToolCall, at: dict[str, Any], number: Iterator[int]
-) -> list[BaseModel]:
+) -> list[ResponseStreamEvent]:
     return [
         ResponseFunctionCallArgumentsDeltaEvent(
             type="response.function_call_arguments.delta", **at, delta=item.arguments,
@@ -137,7 +137,7 @@ def _call_events(
     ]  # fmt: skip
 
 
-def sse(events: Iterable[BaseModel]) -> Iterator[str]:
+def sse(events: Iterable[ResponseStreamEvent]) -> Iterator[str]:
     """Each event as ``event: <type>`` and its ``data:`` (the whole answer in the last)."""
     for event in events:
         data = event.model_dump_json(exclude_none=True, serialize_as_any=True)
