@@ -15,9 +15,11 @@ from rollgym.server.app import create_app
 MODEL = "rollgym-tiny"
 ASK = [{"role": "user", "content": "Guess a number."}]
 CALLS = {
-    "/v1/chat/completions": {"model": MODEL, "messages": ASK},
-    "/v1/responses": {"model": MODEL, "input": ASK},
-    "/v1/completions": {"model": MODEL, "prompt": "Guess"},
+    "chat": ("/v1/chat/completions", {"model": MODEL, "messages": ASK}),
+    "chat, streamed": ("/v1/chat/completions", {"model": MODEL, "messages": ASK, "stream": True}),
+    "responses": ("/v1/responses", {"model": MODEL, "input": ASK}),
+    "responses, streamed": ("/v1/responses", {"model": MODEL, "input": ASK, "stream": True}),
+    "completions": ("/v1/completions", {"model": MODEL, "prompt": "Guess"}),
 }
 AUTH = {"Authorization": f"Bearer {AGENT_KEY}"}
 
@@ -28,12 +30,13 @@ def engine(codec) -> FakeEngine:
     return FakeEngine(lambda prompt: [*codec.encode("5"), codec.eos_id], latency_s=60.0)
 
 
-@pytest.mark.parametrize("path", list(CALLS))
-async def test_a_client_that_leaves_stops_its_generation(tmp_path, engine, path) -> None:
+@pytest.mark.parametrize("call", list(CALLS))
+async def test_a_client_that_leaves_stops_its_generation(tmp_path, engine, call) -> None:
+    path, body = CALLS[call]
     app = create_app(settings(tmp_path), engine_factory=engine_factory(engine))
     async with on_loopback(app) as url, httpx.AsyncClient(base_url=url, headers=AUTH) as client:
         with pytest.raises(httpx.ReadTimeout):
-            await client.post(path, json=CALLS[path], timeout=0.5)
+            await client.post(path, json=body, timeout=0.5)
         await wait_for(lambda: engine.abandoned == 1)
 
 
