@@ -140,7 +140,7 @@ class ResponsesRequest(_Strict):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     stream: bool = False
-    store: bool | None = Field(None, description="answers are kept for previous_response_id")
+    store: bool | None = Field(None, description="false: not kept for previous_response_id")
     include: list[str] | None = Field(None, max_length=0, description="nothing to include")
     metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(None, max_length=16)
     truncation: Literal["disabled"] | None = None

@@ -10,7 +10,7 @@ and one ``function_call`` item per parsed call (``call_id`` is the chat tool cal
 one a session's step names). An answer cut by ``max_output_tokens`` is ``incomplete``.
 
 ``previous_response_id`` continues an earlier answer's conversation (``ResponseLog``):
-the call sends only what is new. ``stream: true`` sends the answer as the typed events
+the call sends only what is new. An answer made with ``store: false`` is not kept. ``stream: true`` sends the answer as the typed events
 of ``responses_stream``.
 """
 
@@ -64,13 +64,14 @@ async def responses(
     answer = response_of(body, completion)
     [choice] = completion.choices
     said = choice.message.model_dump(exclude_none=True)
-    services.responses.keep(
-        answer.id,
-        agent=agent.name,
-        session_id=session_id,
-        previous=body.previous_response_id,
-        added=[*added, {**said, "content": said.get("content") or ""}],
-    )
+    if body.store is not False:
+        services.responses.keep(
+            answer.id,
+            agent=agent.name,
+            session_id=session_id,
+            previous=body.previous_response_id,
+            added=[*added, {**said, "content": said.get("content") or ""}],
+        )
     version = str(answer.policy_version)
     if body.stream:
         events = sse(response_events(answer))

@@ -132,3 +132,10 @@ async def test_previous_response_id_stays_in_its_session(client) -> None:
         headers={"X-Rollgym-Session": "another"},
     )
     assert elsewhere.status_code == 422 and "continue it there" in elsewhere.text
+
+
+async def test_an_answer_not_stored_cannot_be_continued(client) -> None:
+    first = await client.post("/v1/responses", json={"model": MODEL, "input": "x", "store": False})
+    body = {"model": MODEL, "input": "y", "previous_response_id": first.json()["id"]}
+    answer = await client.post("/v1/responses", json=body)
+    assert answer.status_code == 404 and "no such answer" in answer.text
