@@ -388,6 +388,7 @@ PASS_THROUGH = (
     (api.SESSION_CLOSE, close_session),
     (api.CHAT, chat),
     (api.SESSION_CHAT, session_chat),
+    (api.RESPONSES, chat),  # a session's calls go to its server, as chat's
     (api.COMPLETIONS, completions),
     (api.DASHBOARD_PAGE, dashboard_page),
     (api.DASHBOARD_ASSET, dashboard_page),  # after /dashboard/data (FastAPI's)

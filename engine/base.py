@@ -17,6 +17,7 @@ A ``ServingEngine`` is both, with a life (``start``/``close``). The vLLM adapter
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from collections.abc import Awaitable, Mapping, Sequence
@@ -61,6 +62,32 @@ class Generation:
     prefill_s: float = 0.0
 
 
+class Abandoned(asyncio.CancelledError):
+    """A generation cancelled by its caller (its client left): the engine stopped sampling
+    it; ``generated`` tokens had been sampled (what the caller's key is charged). A
+    ``CancelledError``: the cancellation goes on as one."""
+
+    def __init__(self, generated: int):
+        super().__init__(f"abandoned after {generated} tokens")
+        self.generated = generated
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConstraint:
+    """What constrained decoding lets the model write (vLLM's structured outputs, xgrammar).
+
+    ``kind`` names one of vLLM's ``StructuredOutputsParams`` constraints: ``json`` (``spec``
+    is a JSON schema's text), ``json_object`` (any JSON object; ``spec`` unused) or
+    ``structural_tag`` (``spec`` is an xgrammar structural tag's JSON: the tool calls of a
+    model family's own format). JSON is written without free whitespace. The grammar only
+    masks what may be sampled: the tokens and logprobs a generation returns are the ones
+    sampled, as without it.
+    """
+
+    kind: Literal["json", "json_object", "structural_tag"]
+    spec: str = ""
+
+
 @runtime_checkable
 class PolicyEngine(Protocol):
     """An engine serving the current policy; its version rises by one per weight update."""
@@ -77,12 +104,14 @@ class PolicyEngine(Protocol):
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         """Sample a completion of ``prompt_ids``.
 
         It ends at a ``stop_token_ids`` token (kept) or after the token that completes one
         of the ``stop`` texts (kept whole: the caller cuts the text); ``seed`` makes the
-        sampling reproducible.
+        sampling reproducible; ``constraint`` limits what may be sampled. Cancelled, it
+        stops sampling and raises ``Abandoned``.
         """
         ...
 

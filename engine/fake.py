@@ -5,7 +5,9 @@ version (``-0.1 * (version + 1)``), so tests can tell versions apart in a trajec
 keeps the real engine's contract: a generation comes from one version (with ``finish``,
 a swap waits for running generations), ``max_tokens`` and stop ids cut the output, so do
 ``stop`` texts when the fake is given a ``decode`` (the token completing one is kept; the
-script is deterministic, so any ``seed`` is honoured), and
+script is deterministic, so any ``seed`` is honoured; a ``constraint`` is kept in
+``constraints``, not applied: the script says what is sampled; a generation cancelled
+while it waits its ``latency_s`` raises ``Abandoned`` and counts in ``abandoned``), and
 ``cached_tokens`` counts the longest prefix shared with one of the last 256 contexts (a
 stand-in for vLLM's prefix cache), reset by a swap.
 """
@@ -20,10 +22,12 @@ from typing import Any
 
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import (
+    Abandoned,
     FinishReason,
     Generation,
     Manifest,
     NcclWeights,
+    OutputConstraint,
     StagedWeights,
     Swap,
     TensorSpec,
@@ -40,7 +44,8 @@ def fake_logprob(version: int) -> float:
 
 
 class FakeEngine:
-    """See the module docstring. ``latency_s`` makes each generation take that long."""
+    """See the module docstring. ``latency_s`` makes each generation take that long (a test
+    may change it between calls)."""
 
     def __init__(
         self,
@@ -54,7 +59,7 @@ class FakeEngine:
         self._script = script
         self._decode = decode
         self._manifest = manifest
-        self._latency_s = latency_s
+        self.latency_s = latency_s
         self._in_flight: InFlightPolicy = in_flight
         self._version = 0
         self._running = 0
@@ -63,6 +68,8 @@ class FakeEngine:
         self._contexts: collections.deque[list[int]] = collections.deque(maxlen=256)
         self.swapped: list[StagedWeights | NcclWeights] = []
         self.prompts: list[list[int]] = []
+        self.constraints: list[OutputConstraint | None] = []  # each generation's, unapplied
+        self.abandoned = 0  # generations cancelled by their caller
 
     @property
     def policy_version(self) -> int:
@@ -96,6 +103,7 @@ class FakeEngine:
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         async with self._swap_lock:  # wait while a swap runs
             self._running += 1
@@ -103,9 +111,14 @@ class FakeEngine:
             version = self._version
             prompt = list(prompt_ids)
             self.prompts.append(prompt)
+            self.constraints.append(constraint)
             cached = max((_common_prefix(prompt, c) for c in self._contexts), default=0)
-            if self._latency_s:
-                await asyncio.sleep(self._latency_s)
+            if self.latency_s:
+                try:
+                    await asyncio.sleep(self.latency_s)
+                except asyncio.CancelledError:
+                    self.abandoned += 1
+                    raise Abandoned(0) from None  # the script's tokens come all at the end
             tokens, finish = _cut(
                 self._script(prompt), sampling.max_tokens, stop_token_ids, self._stops(stop)
             )
@@ -117,7 +130,7 @@ class FakeEngine:
                 policy_version=version,
                 prompt_tokens=len(prompt),
                 cached_tokens=min(cached, len(prompt) - 1),
-                model_s=self._latency_s,
+                model_s=self.latency_s,
             )
         finally:
             async with self._idle:

@@ -54,7 +54,7 @@ from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
 from rollgym.server.rollout.environments import RegistryEnvs
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
-from rollgym.server.routes import admin, agents, archive, dashboard, openai
+from rollgym.server.routes import admin, agents, archive, dashboard, openai, responses
 from rollgym.server.routes.deps import Services
 from rollgym.server.sessions.manager import SessionManager
 
@@ -82,6 +82,7 @@ def create_app(
     app = FastAPI(title="rollgym rollout server", lifespan=lifespan)
     app.include_router(agents.router)
     app.include_router(openai.router)
+    app.include_router(responses.router)
     app.include_router(admin.router)
     app.include_router(archive.router)
     app.include_router(dashboard.router)

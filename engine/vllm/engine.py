@@ -48,10 +48,12 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import (
     TORCH_DTYPE,
+    Abandoned,
     FinishReason,
     Generation,
     Manifest,
     NcclWeights,
+    OutputConstraint,
     StagedWeights,
     Swap,
 )
@@ -140,6 +142,7 @@ class VLLMEngine:
 
     def _new_llm(self, *, drafting: bool) -> AsyncLLM:
         """A new vLLM engine on the checkpoint's weights; ``drafting``: with the drafter."""
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -167,6 +170,11 @@ class VLLMEngine:
             weight_transfer_config=_weight_transfer(c),
             speculative_config=_speculative(c) if drafting else None,
             quantization=c.quantization,
+            # constrained JSON without free whitespace (xgrammar reads it engine-wide): a
+            # small model's runs of blank lines would eat the token budget
+            structured_outputs_config=StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
         )
         vllm_config = args.create_engine_config()
         # A stat logger of our own turns on per-request timings without vLLM's default
@@ -329,6 +337,7 @@ class VLLMEngine:
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         room = self.config.max_model_len - len(prompt_ids)
         if room <= 0 or not prompt_ids:
@@ -340,7 +349,7 @@ class VLLMEngine:
 
         try:
             params = _sampling_params(
-                sampling, min(sampling.max_tokens, room), stop_token_ids, stop, seed
+                sampling, min(sampling.max_tokens, room), stop_token_ids, stop, seed, constraint
             )
         except (ValueError, VLLMClientError) as exc:  # vLLM's own checks of the values
             raise BadInput(f"the engine refused the sampling settings: {exc}") from exc
@@ -403,19 +412,15 @@ class VLLMEngine:
         return scores
 
     async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
-        from vllm.exceptions import VLLMClientError
-        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
-
-        final = None
+        """One request to vLLM. Cancelled (its client left), it is aborted in vLLM, whose
+        last output then holds what was sampled: ``Abandoned`` says how many tokens."""
+        collecting = asyncio.ensure_future(self._collect(prompt_ids, params, request_id))
         try:
-            async for output in self._engine().generate(
-                {"prompt_token_ids": list(prompt_ids)}, params, request_id
-            ):
-                final = output
-        except (EngineDeadError, EngineGenerateError) as exc:
-            raise EngineFailure(f"the engine failed: {exc!r}") from exc
-        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
-            raise BadInput(f"the engine refused the request: {exc}") from exc
+            final = await asyncio.shield(collecting)
+        except asyncio.CancelledError:
+            await self._engine().abort(request_id)
+            last = await collecting
+            raise Abandoned(len(last.outputs[0].token_ids) if last else 0) from None
         if final is None:
             raise EngineFailure("the engine returned no output")
         completion = final.outputs[0]
@@ -431,6 +436,23 @@ class VLLMEngine:
             model_s=max(stats.last_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
             prefill_s=max(stats.first_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
         )
+
+    async def _collect(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> Any:
+        """vLLM's last output of the request (None if it sent none)."""
+        from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        final = None
+        try:
+            async for output in self._engine().generate(
+                {"prompt_token_ids": list(prompt_ids)}, params, request_id
+            ):
+                final = output
+        except (EngineDeadError, EngineGenerateError) as exc:
+            raise EngineFailure(f"the engine failed: {exc!r}") from exc
+        except (ValueError, TypeError, VLLMClientError) as exc:  # vLLM's checks of the request
+            raise BadInput(f"the engine refused the request: {exc}") from exc
+        return final
 
     def _version_of(self, stamps: set[str]) -> int:
         if not stamps:
@@ -638,6 +660,7 @@ def _sampling_params(
     stop_ids: Sequence[int],
     stop: Sequence[str],
     seed: int | None,
+    constraint: OutputConstraint | None = None,
 ) -> Any:
     """vLLM's parameters; it detokenizes only to find ``stop`` texts (its text is unused)."""
     from vllm import SamplingParams
@@ -654,7 +677,19 @@ def _sampling_params(
         flat_logprobs=True,
         detokenize=bool(stop),
         output_kind=RequestOutputKind.FINAL_ONLY,
+        structured_outputs=None if constraint is None else _structured(constraint),
     )
+
+
+def _structured(constraint: OutputConstraint) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for ``constraint``."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    if constraint.kind == "json":
+        return StructuredOutputsParams(json=constraint.spec)
+    if constraint.kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    return StructuredOutputsParams(structural_tag=constraint.spec)
 
 
 def _sampled_logprobs(logprobs: Any, count: int) -> list[float]:

@@ -1,7 +1,8 @@
 """An OpenAI Agents SDK agent whose episodes train the policy (``pip install -e '.[agents]'``).
 
-The agent is an ordinary ``agents.Agent`` on ``OpenAIChatCompletionsModel``, its
-``AsyncOpenAI`` client pointed at rollgym's ``/v1`` with the agent key and the session's
+The agent is an ordinary ``agents.Agent`` on the SDK's default model,
+``OpenAIResponsesModel`` (the Responses API; ``api="chat"``: ``OpenAIChatCompletionsModel``),
+its ``AsyncOpenAI`` client pointed at rollgym's ``/v1`` with the agent key and the session's
 header, so every LLM call is one model turn of the session. Its tools are the env's own
 (``SessionCreated.tools``, as ``FunctionTool``\\ s): the first tool call of a model turn
 steps the session with ``{"model_answer": true}`` (the env acts on the text exactly as the
@@ -12,7 +13,9 @@ When the model answers without a tool call, the run ends with that text as its f
 output; the episode steps the session on it too and goes on with the env's reply as the
 next input. A run also ends when a step ends the episode or the env answered the calls
 otherwise (refused them with a ``user`` message): the next input then carries the env's
-messages as they are, never tool results the session did not see.
+messages as they are, never tool results the session did not see. An answer cut by
+``max_tokens`` is an ``incomplete`` Response, which the SDK raises on: the env acts on
+it (as chat's agent does on a cut answer) and the episode ends there (``Episode.cut``).
 
     python -m examples.agents.openai_agents_agent --url http://127.0.0.1:8000 --key "$KEY"
 """
@@ -23,7 +26,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import httpx
 import openai
@@ -32,9 +35,12 @@ from agents import (
     FunctionTool,
     FunctionToolResult,
     MaxTurnsExceeded,
+    Model,
+    ModelBehaviorError,
     ModelResponse,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     RunConfig,
     RunContextWrapper,
     RunHooks,
@@ -59,7 +65,8 @@ NO_TRACING = RunConfig(tracing_disabled=True)  # traces would go to OpenAI's ser
 @dataclasses.dataclass
 class Episode:
     """One session as the framework saw it: each LLM call's response, each step's reward,
-    and each tool call's result (its id and what the env answered)."""
+    each tool call's result (its id and what the env answered), and whether its last
+    answer was cut by ``max_tokens`` (an LLM call with no response here)."""
 
     session_id: str
     group_id: str
@@ -67,6 +74,7 @@ class Episode:
     rewards: list[float] = dataclasses.field(default_factory=list)
     tool_results: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     closed: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cut: bool = False
 
 
 class SessionSteps(RunHooks[Any]):
@@ -145,6 +153,7 @@ async def play_episode(
     key: str,
     max_turns: int = 4,
     settings: ModelSettings | None = None,
+    api: Literal["responses", "chat"] = "responses",
 ) -> Episode:
     """One session of ``task`` played by an Agents SDK agent, at most ``max_turns`` LLM calls."""
     created = await open_session(http, task)
@@ -157,7 +166,7 @@ async def play_episode(
     )
     agent = Agent(
         name="rollgym-agent",
-        model=OpenAIChatCompletionsModel(model=model, openai_client=client),
+        model=_model(api, model, client),
         model_settings=settings or ModelSettings(),
         tools=[steps.tool(spec) for spec in created["tools"] or ()],
         tool_use_behavior=steps.stop_unless_answered,
@@ -175,12 +184,23 @@ async def play_episode(
     except openai.ConflictError as exc:
         if _error_code(exc) != "context_full":
             raise  # otherwise the episode is over: the model's context is full
+    except ModelBehaviorError as exc:
+        if "status=incomplete" not in str(exc):
+            raise  # otherwise the answer was cut by max_tokens: the env acts on it, the end
+        episode.cut = True
+        await steps.step()
     finally:
         await client.close()
     closed = await http.delete(f"/v1/sessions/{episode.session_id}")
     closed.raise_for_status()
     episode.closed = closed.json()
     return episode
+
+
+def _model(api: str, model: str, client: openai.AsyncOpenAI) -> Model:
+    if api == "chat":
+        return OpenAIChatCompletionsModel(model=model, openai_client=client)
+    return OpenAIResponsesModel(model=model, openai_client=client)
 
 
 async def _next_input(

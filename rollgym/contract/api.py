@@ -33,6 +33,7 @@ from rollgym.contract.openai import (
     CompletionRequest,
     ModelList,
 )
+from rollgym.contract.responses import ResponseObject, ResponsesRequest
 from rollgym.contract.wire import (
     AckRequest,
     AckResponse,
@@ -111,6 +112,7 @@ SESSION_CHAT = Route(
     auth="agent",
 )
 COMPLETIONS = Route("POST", "/v1/completions", CompletionRequest, Completion, auth="agent")
+RESPONSES = Route("POST", "/v1/responses", ResponsesRequest, ResponseObject, auth="agent")
 
 # --- admin (the admin token) -----------------------------------------------------------------
 
@@ -134,7 +136,7 @@ TRAINER_REPORT = Route(
 ROUTES: tuple[Route[Any], ...] = (
     HEALTH, POLICY, MODELS, METRICS, DASHBOARD_PAGE, DASHBOARD_DATA, DASHBOARD_ASSET,
     SESSION_CREATE, SESSION_STEP, SESSION_TOOL_CALL, SESSION_CLOSE, CHAT, SESSION_CHAT,
-    COMPLETIONS,
+    COMPLETIONS, RESPONSES,
     WEIGHTS_UPLOAD, WEIGHTS_FROM_PATH, NCCL_INIT, NCCL_UPDATE, ROLLOUTS_START, ROLLOUTS,
     ROLLOUTS_STOP, EVALUATE, PULL, ACK, ARCHIVE, TRAINER_REPORT,
 )  # fmt: skip

@@ -1,11 +1,16 @@
 """The OpenAI-compatible bodies the server takes and gives (the subset it implements).
 
 Inputs are strict: a parameter the server does not implement (``top_logprobs > 0``,
-``tool_choice: "required"``, streaming or ``n > 1`` on completions...) is a 422 that names
-it, never silently ignored.
+``frequency_penalty``, streaming or ``n > 1`` on completions...) is a 422 that names it,
+never silently ignored. What frameworks send by default is implemented: ``tool_choice``
+``required`` or a named function, ``parallel_tool_calls`` and ``response_format``
+(``json_object``, ``json_schema``) are kept by constrained decoding
+(``server.conversation.constraints``).
 rollgym's additions ride in the same bodies, as the official client's ``extra_body``:
 ``session_id`` (record the call as that session's turn) and ``return_token_ids`` (the
-prompt's and the completion's token ids). Every answer carries ``policy_version``.
+prompt's and the completion's token ids). Every answer carries ``policy_version``, and
+chat answers carry it in OpenAI's own ``system_fingerprint`` too (``policy-v3``), for
+clients that drop fields they do not know.
 """
 
 from __future__ import annotations
@@ -71,6 +76,57 @@ class ToolSpec(_Strict):
         return self.model_dump(exclude_none=True, exclude={"function": {"strict"}})
 
 
+class NamedFunction(_Strict):
+    name: Name
+
+
+class NamedToolChoice(_Strict):
+    """``tool_choice`` naming the one function the answer must call."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class JsonSchemaSpec(_Strict):
+    """``response_format.json_schema``: the schema the answer's text must follow."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    name: Name
+    description: Text | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(_Strict):
+    type: Literal["text"]
+
+
+class JsonObjectFormat(_Strict):
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(_Strict):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[
+    TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")
+]
+
+
+def policy_fingerprint(version: int) -> str:
+    """The policy version in OpenAI's ``system_fingerprint`` field.
+
+    >>> policy_fingerprint(3)
+    'policy-v3'
+    """
+    return f"policy-v{version}"
+
+
 StopString = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 MAX_CHOICES = 16
 
@@ -113,9 +169,15 @@ class ChatCompletionRequest(_Generation):
     logprobs: bool = False
     top_logprobs: Literal[0] | None = None
     tools: list[ToolSpec] | None = Field(None, max_length=128)
-    tool_choice: Literal["auto", "none"] | None = Field(
-        None, description="auto (the default): calls are parsed; none: the text is the answer"
+    tool_choice: ToolChoice | None = Field(
+        None,
+        description="auto (the default): calls are parsed; none: the text is the answer; "
+        "required or a named function: the answer is calls (constrained decoding)",
     )
+    parallel_tool_calls: bool | None = Field(
+        None, description="false: at most one call per answer (constrained decoding)"
+    )
+    response_format: ResponseFormat | None = None
     session_id: Annotated[str, StringConstraints(max_length=128)] | None = None
 
     @model_validator(mode="after")
@@ -124,6 +186,7 @@ class ChatCompletionRequest(_Generation):
             raise ValueError("give max_tokens or max_completion_tokens, not both")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options needs stream: true")
+        check_tool_choice(self.tool_choice, self.tools, self.response_format)
         return self
 
     @property
@@ -134,6 +197,25 @@ class ChatCompletionRequest(_Generation):
     @property
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+
+def check_tool_choice(
+    choice: ToolChoice | None,
+    tools: list[ToolSpec] | None,
+    response_format: ResponseFormat | None,
+) -> None:
+    """A ``tool_choice`` that asks for calls needs tools (the named one among them), and
+    cannot be asked together with a JSON ``response_format`` (the answer is one or the other)."""
+    if choice != "required" and not isinstance(choice, NamedToolChoice):
+        return
+    if not tools:
+        raise ValueError("tool_choice asks for a tool call, but no tools were given")
+    if isinstance(choice, NamedToolChoice):
+        names = [tool.function.name for tool in tools]
+        if choice.function.name not in names:
+            raise ValueError(f"tool_choice names {choice.function.name!r}, not one of {names}")
+    if response_format is not None and response_format.type != "text":
+        raise ValueError("give tool_choice required/named or a JSON response_format, not both")
 
 
 class CompletionRequest(_Generation):
@@ -198,11 +280,13 @@ class _Answer(BaseModel):
 
 
 class ChatCompletion(_Answer):
-    """``policy_version``: the lowest of the choices' (``n > 1`` may straddle an update)."""
+    """``policy_version``: the lowest of the choices' (``n > 1`` may straddle an update);
+    ``system_fingerprint`` says it too (``policy_fingerprint``)."""
 
     object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     session_id: str | None = None
+    system_fingerprint: str | None = None
 
 
 class ChunkToolCall(ToolCall):
@@ -235,6 +319,7 @@ class ChatCompletionChunk(BaseModel):
     policy_version: int | None = None
     prompt_token_ids: list[int] | None = None
     session_id: str | None = None
+    system_fingerprint: str | None = None
 
 
 class CompletionLogprobs(BaseModel):

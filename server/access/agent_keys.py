@@ -49,6 +49,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
 
+from rollgym.engine.base import Abandoned
 from rollgym.server.errors import BadRequest, QuotaExceeded
 from rollgym.server.http.errors import Forbidden, Unauthorized
 
@@ -268,7 +269,8 @@ class QuotaLedger:
 
 class TokenHold:
     """The tokens a running call reserved; ``charge`` what it generated, and leaving the
-    ``with`` (or ``release``) refunds the rest. Settles once, however the call ends."""
+    ``with`` (or ``release``) refunds the rest. Settles once, however the call ends; a call
+    whose client left is charged what the engine had generated (``Abandoned``)."""
 
     def __init__(self, ledger: QuotaLedger, agent: Agent, tokens: int):
         self._ledger, self._agent, self.tokens = ledger, agent, tokens
@@ -287,7 +289,9 @@ class TokenHold:
     def __enter__(self) -> TokenHold:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        if isinstance(error, Abandoned):
+            self.charge(error.generated)
         self.release()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from rollgym.contract.wire import SamplingSettings
-from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.engine.base import Generation, OutputConstraint, PolicyEngine
 from rollgym.server.observability.timing import engine_span
 
 GenerationObserver = Callable[[Generation], None]
@@ -38,6 +38,7 @@ class ObservedEngine:
         stop: Sequence[str] = (),
         seed: int | None = None,
         request_id: str | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         with engine_span():
             generation = await self._engine.generate(
@@ -47,6 +48,7 @@ class ObservedEngine:
                 stop=stop,
                 seed=seed,
                 request_id=request_id,
+                constraint=constraint,
             )
         for observe in self._observers:
             observe(generation)

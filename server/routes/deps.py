@@ -26,6 +26,7 @@ from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.episode import EpisodeRunner
 from rollgym.server.rollout.runner import RolloutRunner
 from rollgym.server.sessions.manager import SessionManager
+from rollgym.server.sessions.response_log import ResponseLog
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class Services:
     cost: CostMeter  # the cost board
     agent_keys: AgentKeys  # who may call the agent routes
     quotas: QuotaLedger  # what each agent key holds and has generated
+    responses: ResponseLog = dataclasses.field(default_factory=ResponseLog)  # previous_response_id
 
 
 async def get_services(request: Request) -> Services:

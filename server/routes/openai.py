@@ -7,12 +7,15 @@ Every answer carries the policy version (body ``policy_version``, header
 A chat answer's text is cut before its first ``stop`` text, and with ``tools`` (unless
 ``tool_choice`` is ``none``) its tool calls are parsed out of it by vLLM's parser of the served
 model's family (``settings.tool_parser``, ``server.conversation.toolcalls``);
-the sampled ids are recorded whole either way. A tool call's id names its answer, its choice
+the sampled ids are recorded whole either way. ``tool_choice`` ``required`` or named,
+``parallel_tool_calls: false`` and ``response_format`` constrain what is sampled
+(``server.conversation.constraints``). A tool call's id names its answer, its choice
 and its place (``call_<answer>_<choice>_<k>``), so a session's step can name the calls it
 answered (``server.sessions``). ``n`` choices are ``n`` generations of one
 prompt, choice i seeded with ``seed + i``. ``stream: true`` sends the answer as
 server-sent events (``openai_stream``).
 
+A client that leaves before its answer stops its generations (``server.http.disconnect``).
 Chat and completions need an agent key (``server.access.agent_keys``): a call reserves what it
 may generate (``max_tokens`` x ``n``) of the key's tokens-per-minute quota before it runs,
 is charged what it generated and refunded the rest when it ends.
@@ -27,7 +30,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
 from rollgym.contract import api
@@ -46,15 +49,19 @@ from rollgym.contract.openai import (
     ModelList,
     TokenLogprob,
     ToolCall,
+    policy_fingerprint,
     usage,
 )
 from rollgym.contract.wire import SamplingSettings
-from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.engine.base import Abandoned, Generation, OutputConstraint, PolicyEngine
 from rollgym.envs.toolformats import ToolCallParser
+from rollgym.server.access.agent_keys import Agent
 from rollgym.server.conversation.codec import ChatCodec, ChatInputError
+from rollgym.server.conversation.constraints import constraint_of
 from rollgym.server.conversation.toolcalls import read_tool_calls
 from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
+from rollgym.server.http.disconnect import stops_with_client
 from rollgym.server.http.offload import by_size
 from rollgym.server.routes.deps import AgentDep, Services, ServicesDep
 from rollgym.server.routes.openai_stream import chat_chunks, sse
@@ -70,13 +77,33 @@ async def models(services: ServicesDep) -> ModelList:
 
 
 @declared(router, api.CHAT)
+@stops_with_client
 async def chat_completions(
     body: ChatCompletionRequest,
+    raw_request: Request,
     response: Response,
     services: ServicesDep,
     agent: AgentDep,
     x_rollgym_session: Annotated[str | None, Header()] = None,
 ) -> ChatCompletion | StreamingResponse:
+    completion = await answer_chat(body, services, agent, body.session_id or x_rollgym_session)
+    version = completion.policy_version
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(
+            sse(chat_chunks(completion, include_usage=include_usage)),
+            media_type="text/event-stream",
+            headers={VERSION_HEADER: str(version)},
+        )
+    response.headers[VERSION_HEADER] = str(version)
+    return completion
+
+
+async def answer_chat(
+    body: ChatCompletionRequest, services: Services, agent: Agent, session_id: str | None
+) -> ChatCompletion:
+    """The chat answer to ``body``, recorded as the turn of session ``session_id`` if one is
+    named: the one path of every OpenAI door (chat completions, Responses)."""
     _check_model(body.model, services)
     sampling = _sampling(services, body.temperature, body.top_p, body.token_limit)
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
@@ -86,10 +113,10 @@ async def chat_completions(
     codec = services.codec
     content_chars = sum(len(m["content"]) for m in messages)  # rendered as they are
     codec.check_chars(content_chars, services.settings.engine.max_model_len)
-    session_id = body.session_id or x_rollgym_session
     answer_id = uuid.uuid4().hex
     if session_id is not None and body.n > 1:
         raise BadRequest("n > 1 cannot be one session turn: open n sessions instead")
+    constraint = await constraint_of(body, services.tool_parser.family)
     with services.quotas.reserve_tokens(agent, body.n * sampling.max_tokens) as hold:
         if session_id is not None:
             turn = _SessionAnswer(codec, services.tool_parser, body, answer_id)
@@ -102,11 +129,14 @@ async def chat_completions(
                 stop=body.stop_strings,
                 seed=body.seed,
                 answer=turn,
+                constraint=constraint,
             )
             generations, prompt_ids, shown = [generation], None, turn.shown
         else:
             prompt_ids = await asyncio.to_thread(codec.first_prompt, messages, tools=tools)
-            generations = await _n_generations(services.policy, codec, body, prompt_ids, sampling)
+            generations = await _n_generations(
+                services.policy, codec, body, prompt_ids, sampling, constraint
+            )
             shown = None
         hold.charge(sum(len(g.token_ids) for g in generations))
     made = (codec, services.tool_parser, body, generations, answer_id, shown)
@@ -116,7 +146,7 @@ async def chat_completions(
         choices = await asyncio.to_thread(_choices, *made)
     first = generations[0]
     version = min(g.policy_version for g in generations)
-    completion = ChatCompletion(
+    return ChatCompletion(
         id=f"rollgym-{answer_id}",
         model=body.model,
         choices=choices,
@@ -126,16 +156,8 @@ async def chat_completions(
         policy_version=version,
         prompt_token_ids=prompt_ids if body.return_token_ids else None,
         session_id=session_id,
+        system_fingerprint=policy_fingerprint(version),
     )
-    if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(
-            sse(chat_chunks(completion, include_usage=include_usage)),
-            media_type="text/event-stream",
-            headers={VERSION_HEADER: str(version)},
-        )
-    response.headers[VERSION_HEADER] = str(version)
-    return completion
 
 
 async def _n_generations(
@@ -144,25 +166,40 @@ async def _n_generations(
     body: ChatCompletionRequest,
     prompt_ids: list[int],
     sampling: SamplingSettings,
+    constraint: OutputConstraint | None,
 ) -> list[Generation]:
-    """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``."""
-    return await asyncio.gather(
-        *(
-            policy.generate(
+    """``body.n`` generations of ``prompt_ids`` at once, the i-th seeded with ``seed + i``;
+    cancelled, ``Abandoned`` with what they all had generated."""
+    generated: list[int] = []
+
+    async def choice(i: int) -> Generation:
+        try:
+            return await policy.generate(
                 prompt_ids,
                 sampling,
                 stop_token_ids=[codec.eos_id],
                 stop=body.stop_strings,
                 seed=None if body.seed is None else body.seed + i,
+                constraint=constraint,
             )
-            for i in range(body.n)
-        )
-    )
+        except Abandoned as gone:  # a task keeps only one of its choices' errors: count here
+            generated.append(gone.generated)
+            raise
+
+    try:
+        return await asyncio.gather(*(choice(i) for i in range(body.n)))
+    except asyncio.CancelledError:  # raised once every choice has ended
+        raise Abandoned(sum(generated)) from None
 
 
 @declared(router, api.COMPLETIONS)
+@stops_with_client
 async def completions(
-    body: CompletionRequest, response: Response, services: ServicesDep, agent: AgentDep
+    body: CompletionRequest,
+    raw_request: Request,
+    response: Response,
+    services: ServicesDep,
+    agent: AgentDep,
 ) -> Completion:
     _check_model(body.model, services)
     sampling = _sampling(services, body.temperature, body.top_p, body.max_tokens)

@@ -9,7 +9,8 @@ stream) and then sent as chunks, per choice::
     data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], ...}
     data: [DONE]
 
-Each choice's last chunk carries its ``token_ids`` when they were asked for. The stream's
+Every chunk carries the policy version in ``system_fingerprint``; each choice's last
+chunk carries its ``token_ids`` when they were asked for. The stream's
 last chunk carries ``usage``, ``policy_version`` and, when asked, ``prompt_token_ids``:
 with ``stream_options.include_usage`` that is an extra chunk with no choices (as OpenAI
 sends it), otherwise the last choice's closing chunk (so a client that reads
@@ -37,7 +38,11 @@ def chat_chunks(answer: ChatCompletion, *, include_usage: bool) -> list[ChatComp
 
     def chunk(choices: list[ChunkChoice]) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=answer.id, created=answer.created, model=answer.model, choices=choices
+            id=answer.id,
+            created=answer.created,
+            model=answer.model,
+            choices=choices,
+            system_fingerprint=answer.system_fingerprint,
         )
 
     chunks = [chunk([c]) for choice in answer.choices for c in _choice_chunks(choice)]

@@ -72,7 +72,7 @@ from rollgym.contract.wire import (
     SessionStepResult,
     ToolCallResult,
 )
-from rollgym.engine.base import Generation, PolicyEngine
+from rollgym.engine.base import Generation, OutputConstraint, PolicyEngine
 from rollgym.envs import aio
 from rollgym.server.access.agent_keys import SessionLease
 from rollgym.server.access.env_access import EnvAccessConfig, check_request
@@ -285,11 +285,13 @@ class SessionManager:
         stop: Sequence[str] = (),
         seed: int | None = None,
         answer: Callable[[Generation], ModelAnswer] | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Generation:
         """An LLM call of the session's agent, recorded as the session's next model turn.
 
         ``answer`` is what the agent gets of the generation (default: the decoded tokens,
-        written and shown alike; the OpenAI route cuts stop texts and parses tool calls).
+        written and shown alike; the OpenAI route cuts stop texts and parses tool calls);
+        ``constraint`` limits what is sampled (the sampled ids are recorded all the same).
         A call with ``tools`` renders the env's own tools into the prompt (when it has any).
         A retry (the same messages, tools and stop texts as the call the last answer answered,
         no step since) gets that answer's generation again: nothing is generated or recorded.
@@ -318,7 +320,12 @@ class SessionManager:
                     f"{self._max_model_len}: the episode is over; DELETE the session to keep it"
                 )
             generation = await self._engine.generate(
-                context, sampling, stop_token_ids=[self._codec.eos_id], stop=stop, seed=seed
+                context,
+                sampling,
+                stop_token_ids=[self._codec.eos_id],
+                stop=stop,
+                seed=seed,
+                constraint=constraint,
             )
             session.record.model_turn(context, generation)
             session.answer = (answer or self._decoded)(generation)

@@ -1,6 +1,7 @@
 """The OpenAI Agents SDK example on its tool-calling path, which the untrained model of the
 e2e test rarely takes: a scripted engine writes the tool calls, the real ToolUse env runs
-them on a fake box (a host process), the app serves on loopback (the SDK's own client)."""
+them on a fake box (a host process), the app serves on loopback (the SDK's own client),
+through the SDK's default model (the Responses API) and its chat completions model."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ async def served(tmp_path, codec, first_reply: str) -> AsyncIterator[str]:
         yield url
 
 
-async def play(url: str) -> Episode:
+async def play(url: str, api: str) -> Episode:
     async with agent_client(url, AGENT_KEY) as http:
         task = Task(seed=3, group_size=1)
         return await play_episode(
-            http, "rollgym-tiny", task, key=AGENT_KEY, max_turns=4, settings=SETTINGS
+            http, "rollgym-tiny", task, key=AGENT_KEY, max_turns=4, settings=SETTINGS, api=api
         )
 
 
@@ -49,11 +50,12 @@ async def play(url: str) -> Episode:
     [(CALLS, ["list_files", "write_file"], 0.0), (REFUSED, ["python"], -0.05)],
     ids=["answered-call-by-call", "refused-by-the-env"],
 )
+@pytest.mark.parametrize("api", ["responses", "chat"])
 async def test_the_sdk_agent_steps_the_models_tool_calls_and_goes_on(
-    tmp_path, codec, first_reply, calls, first_reward
+    tmp_path, codec, first_reply, calls, first_reward, api
 ) -> None:
     async with served(tmp_path, codec, first_reply) as url:
-        episode = await play(url)
+        episode = await play(url, api)
     first, last = episode.replies
     assert [i.name for i in first.output if isinstance(i, ResponseFunctionToolCall)] == calls
     assert [part.text for item in last.output for part in item.content] == [ANSWER]  # type: ignore[union-attr]

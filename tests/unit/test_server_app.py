@@ -133,7 +133,7 @@ async def test_completion_from_a_text_prompt(client, codec) -> None:
     [
         ({"model": "gpt-4"}, "serves model 'rollgym-tiny'"),
         ({"n": 17}, "n"),
-        ({"tool_choice": "required"}, "tool_choice"),
+        ({"top_logprobs": 2}, "top_logprobs"),
         ({"stream_options": {"include_usage": True}}, "stream_options needs stream"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop takes at most 4"),
         ({"seed": -1}, "seed"),
