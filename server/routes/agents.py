@@ -4,7 +4,7 @@ and each session's own OpenAI base URL (``/v1/sessions/{id}/v1``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from rollgym.contract import api
@@ -77,6 +77,7 @@ async def session_tool_call(
 async def session_chat(
     session_id: str,
     body: ChatCompletionRequest,
+    raw_request: Request,
     response: Response,
     services: ServicesDep,
     agent: AgentDep,
@@ -88,7 +89,14 @@ async def session_chat(
             f"the body names session {body.session_id!r}, the URL session {session_id!r}: "
             "drop session_id from the body (the base URL names the session)"
         )
-    return await chat_completions(body, response, services, agent, session_id)
+    return await chat_completions(  # by name: it stops when its client leaves (raw_request)
+        body=body,
+        raw_request=raw_request,
+        response=response,
+        services=services,
+        agent=agent,
+        x_rollgym_session=session_id,
+    )
 
 
 @declared(router, api.SESSION_CLOSE)

@@ -70,7 +70,7 @@ def test_each_server_route_takes_and_answers_the_declared_models(server_app) -> 
 def test_the_router_answers_every_server_route_and_adds_only_its_own(
     server_app, router_app
 ) -> None:
-    own = {(r.method, r.path) for r in (status.STATUS, status.DOWN)}
+    own = {(r.method, r.path) for r in (status.STATUS, status.SCALE, status.DOWN)}
     assert served(router_app) == served(server_app) | own
 
 
