@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pickle
 
-import gymnasium
 import pytest
+from test_bench_peers import rollgym_return  # GuessTool played by rollgym's own env
 from transformers.utils import get_json_schema
 
 from rollgym.doors.trl import EPISODE_OVER, TrlEnvironments, closing_reward, tool_method
@@ -38,24 +38,10 @@ def test_tools_are_methods_that_trl_reads_as_the_env_declares_them(guess) -> Non
     assert type(guess()) is type(environment)  # TRL matches get_reward's column by exact type
 
 
-def rollgym_play(pool, seed: int, guesses: list[int]) -> tuple[list[str], float]:
-    env = gymnasium.make("rollgym/GuessTool-v0", sandbox_pool=pool)
-    env.reset(seed=seed)
-    replies, total = [], 0.0
-    for number in guesses:
-        obs, reward, terminated, truncated, _ = env.step(guess_call(number))
-        replies.append(obs[0]["content"])
-        total += reward
-        if terminated or truncated:
-            break
-    env.close()
-    return replies, total
-
-
 @pytest.mark.parametrize("seed", [0, 3])
 @pytest.mark.parametrize("guesses", [[4, 6, 7], [9, 2, 5]])
 def test_a_rollout_plays_the_env_as_rollgyms_runner_does(guess, pool, seed, guesses) -> None:
-    replies, reward = rollgym_play(pool, seed, guesses)
+    replies, reward = rollgym_return(pool, seed, [guess_call(n) for n in guesses])
     environment = guess()
     environment.reset(**guess.rows([seed])[0])
     got = []
