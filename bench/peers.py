@@ -143,9 +143,8 @@ def task_config() -> Any:
     )
 
 
-def tool_warm_start(out: Path, **optimisation: Any) -> Path:
-    """The built-in warm start's demonstrations played through the tool, SFT'd once
-    (``optimisation`` changes the built-in ``WarmStartConfig``'s epochs, rate...)."""
+def tool_warm_start(out: Path) -> Path:
+    """The built-in warm start's demonstrations played through the tool, SFT'd once."""
     from rollgym.contract import paths
     from rollgym.contract.chat import chat_record, template_messages
     from rollgym.envs.guess_tool import GUESS_TOOL, as_tool_play
@@ -169,7 +168,7 @@ def tool_warm_start(out: Path, **optimisation: Any) -> Path:
             "endgame_episodes": 0,
         }
     )
-    config = built_in.model_copy(update={"demos": none, "demonstrations": demos, **optimisation})
+    config = built_in.model_copy(update={"demos": none, "demonstrations": demos})
     return warm_start(config, paths.default_model_dir(), out / "warmstart", printer=print)
 
 

@@ -140,10 +140,10 @@ class TrlEnvironments:
         return self._pool
 
     def close(self) -> None:
-        """Close every environment made here (their boxes go back), then the pool."""
-        made, self._made = self._made, []
+        """Close every environment made here (their boxes go back), then the pool;
+        ``env_s`` still counts them."""
         try:
-            for environment in made:
+            for environment in self._made:
                 environment._env.close()
         finally:
             if self._pool is not None and self._given_pool is None:
