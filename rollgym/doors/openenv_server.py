@@ -34,7 +34,7 @@ import dataclasses
 import functools
 import uuid
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, SupportsFloat
 
 import gymnasium
 from fastapi import FastAPI
@@ -115,7 +115,7 @@ class RollgymEnvironment(Environment[ChatAction, ChatObservation, ChatState]):
         task_id: str | None = None,
         **kwargs: Any,
     ) -> ChatObservation:
-        return self._opened(*self._env.reset(seed=seed, options=_options(task_id)), episode_id)
+        return self._opened(self._env.reset(seed=seed, options=_options(task_id)), episode_id)
 
     async def reset_async(
         self,
@@ -125,21 +125,21 @@ class RollgymEnvironment(Environment[ChatAction, ChatObservation, ChatState]):
         **kwargs: Any,
     ) -> ChatObservation:
         opened = await aio.areset(self._env, seed=seed, options=_options(task_id))
-        return self._opened(*opened, episode_id)
+        return self._opened(opened, episode_id)
 
     def step(
         self, action: ChatAction, timeout_s: float | None = None, **kwargs: Any
     ) -> ChatObservation:
         if self._episode_id is None:
             return ChatObservation(done=True, error=NO_EPISODE)
-        return self._stepped(*self._env.step(action.message))
+        return self._stepped(self._env.step(action.message))
 
     async def step_async(
         self, action: ChatAction, timeout_s: float | None = None, **kwargs: Any
     ) -> ChatObservation:
         if self._episode_id is None:
             return ChatObservation(done=True, error=NO_EPISODE)
-        return self._stepped(*await aio.astep(self._env, action.message))
+        return self._stepped(await aio.astep(self._env, action.message))
 
     @property
     def state(self) -> ChatState:
@@ -162,8 +162,9 @@ class RollgymEnvironment(Environment[ChatAction, ChatObservation, ChatState]):
         self._env.close()
 
     def _opened(
-        self, messages: Any, info: dict[str, Any], episode_id: str | None
+        self, opened: tuple[Any, dict[str, Any]], episode_id: str | None
     ) -> ChatObservation:
+        messages, info = opened
         self._episode_id = episode_id or uuid.uuid4().hex
         self._task_id, self._turns = info.get("task_id"), 0
         return ChatObservation(
@@ -174,12 +175,13 @@ class RollgymEnvironment(Environment[ChatAction, ChatObservation, ChatState]):
         )
 
     def _stepped(
-        self, messages: Any, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]
+        self, result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
     ) -> ChatObservation:
+        messages, reward, terminated, truncated, info = result
         self._turns = int(info.get("turn", self._turns + 1))
         return ChatObservation(
             messages=list(messages),
-            reward=reward,
+            reward=float(reward),
             done=terminated or truncated,
             task_id=info.get("task_id"),
             failure=info.get("failure"),
