@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 ENV_ID = "rollgym/GuessNumber-v0"
-UNLIMITED = {"max_episode_steps": 10**9}
+NO_TURN_LIMIT = 10**9
 
 
 def timed(step: Callable[[], object], steps: int) -> list[float]:
@@ -56,14 +56,16 @@ async def measure(steps: int) -> dict[str, list[float]]:
     from rollgym.doors.openenv_server import EnvSource, openenv_app
     from rollgym.run.loopback import on_loopback
 
-    env = gymnasium.make(ENV_ID, **UNLIMITED)
+    env = gymnasium.make(ENV_ID, max_episode_steps=NO_TURN_LIMIT)
     env.reset(seed=0)
     rows = {"direct": timed(lambda: env.step("0"), steps)}
-    async with on_loopback(openenv_app(EnvSource(ENV_ID, UNLIMITED))) as url:
+    async with on_loopback(
+        openenv_app(EnvSource(ENV_ID, {"max_episode_steps": NO_TURN_LIMIT}))
+    ) as url:
         async with GenericEnvClient(base_url=url) as client:
             await client.reset(seed=0)
             rows["openenv /ws"] = await atimed(lambda: client.step({"message": "0"}), steps)
-        remote = envs.make("openenv/Remote-v0", base_url=url, **UNLIMITED)
+        remote = envs.make("openenv/Remote-v0", base_url=url, max_episode_steps=NO_TURN_LIMIT)
         await asyncio.to_thread(remote.reset, seed=0)
         rows["Remote-v0"] = await atimed(lambda: asyncio.to_thread(remote.step, "0"), steps)
         await asyncio.to_thread(remote.close)
