@@ -13,10 +13,9 @@ none), and every guess one ``docker exec`` of the same in-box program rollgym's 
 target and judges the reward with GuessTool's own reward callables. Tools are run one
 after another (TRL calls synchronous tools in a loop), and so is every ``docker exec``.
 
-What TRL needs told about the default model: its chat template is ChatML with Hermes-style
-``<tool_call>`` JSON, which TRL's ``add_response_schema`` does not recognise; TRL's error
-asks the user to set the tokenizer's response template, and Qwen3's (``<tool_call>`` JSON
-blocks, then the text up to ``<|im_end|>``) is the one that fits, so that is what is set.
+What TRL needs told about the default model (its response template) and the warning it
+gives are rollgym's TRL door's (``rollgym.doors.trl``), which serves any rollgym env to
+TRL through the pool's in-box executor; this arm keeps the per-exec client on purpose.
 """
 
 from __future__ import annotations
@@ -26,12 +25,13 @@ import dataclasses
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gymnasium.utils import seeding
 
+from rollgym.doors.trl import quiet_experimental, response_template
 from rollgym.envs.errors import ActionError
 from rollgym.envs.guess_number import (
     GuessEpisode,
@@ -172,13 +172,6 @@ class ExecBoxes:
         self.close()
 
 
-def response_template() -> dict[str, Any]:
-    """The response template that parses the default model's replies (see the docstring)."""
-    from trl.chat_template_utils import qwen3_template
-
-    return qwen3_template
-
-
 @dataclasses.dataclass(frozen=True)
 class TrlRun:
     """What the TRL arm measured."""
@@ -201,15 +194,6 @@ def grpo_config(trainer: Any, *, max_completion_length: int, max_turns: int, cb:
         transformers_continuous_batching_config=CONTINUOUS_BATCHING if cb else None,
         save_strategy="no",  # a TRL user checkpoints rarely; rollgym's arms do every step
     )
-
-
-@contextlib.contextmanager
-def quiet_experimental() -> Iterator[None]:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*'environment_factory'.*", category=UserWarning)
-        yield
 
 
 def train_trl(

@@ -14,6 +14,7 @@ from rollgym.audit.commands import add_audit_command
 from rollgym.cluster.commands import add_cluster_commands
 from rollgym.data.commands import add_data_commands
 from rollgym.doctor.commands import add_doctor_command
+from rollgym.doors.commands import add_openenv_command
 from rollgym.evaluation.commands import add_eval_commands
 from rollgym.models.commands import add_model_commands
 from rollgym.run.commands import add_training_commands
@@ -44,6 +45,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_audit_command(commands)
     add_doctor_command(commands)
     add_tasks_commands(commands)
+    add_openenv_command(commands)
     return parser
 
 

@@ -12,15 +12,13 @@ Harbor task's image, a data set's verifier folders) alike.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rollgym.audit.suite import Row
-    from rollgym.sandboxes.base import SandboxPool
 
 EVIDENCE_LINES = 3  # per attack
 
@@ -39,6 +37,7 @@ def add_audit_command(commands: argparse._SubParsersAction) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
     from rollgym.audit.suite import audit
+    from rollgym.doors.commands import pool_for
     from rollgym.sandboxes.base import SandboxError
     from rollgym.server.errors import ServerError
 
@@ -53,28 +52,13 @@ def _audit(args: argparse.Namespace) -> int:
         print("rollgym audit: --episodes must be at least 1", file=sys.stderr)
         return 2
     try:
-        with _pool_for(args.env_id) as pool:
+        with pool_for(args.env_id, max_boxes=1, health_interval_s=0) as pool:
             rows = audit(args.env_id, kwargs, args.episodes, pool=pool)
     except (ServerError, SandboxError) as exc:
         print(f"rollgym audit: {exc}", file=sys.stderr)
         return 2
     print(table(args.env_id, args.episodes, rows))
     return 1 if any(row.crossings for row in rows) else 0
-
-
-@contextlib.contextmanager
-def _pool_for(env_id: str) -> Iterator[SandboxPool | None]:
-    """A one-box Docker ``ImagePool`` when ``env_id`` plays in a sandbox, else None."""
-    from rollgym.server.rollout.environments import takes_pool
-
-    if not takes_pool(env_id):
-        yield None
-        return
-    from rollgym.sandboxes.config import ImagePoolConfig
-    from rollgym.sandboxes.docker import DockerImagePool
-
-    with DockerImagePool(ImagePoolConfig(max_boxes=1, health_interval_s=0)) as pool:
-        yield pool
 
 
 def table(env_id: str, episodes: int, rows: Sequence[Row]) -> str:

@@ -17,7 +17,7 @@ from gymnasium.utils import seeding
 from bench.grpo_mode import steps_per_min, tokens_per_s
 from bench.memory import PeakRss
 from bench.peers import Row, table_lines, verdict_lines
-from bench.peers_trl import GAME_OVER, GuessGame, response_template
+from bench.peers_trl import GAME_OVER, GuessGame
 from rollgym.envs.errors import ActionError, InfraError
 from rollgym.envs.guess_number import pick_target
 from rollgym.envs.guess_tool import GUESS_TOOL, guess_call, opening
@@ -121,7 +121,8 @@ def test_trl_lays_out_the_tokens_rollgyms_codec_does(default_model_dir: Path) ->
     from trl import GRPOTrainer
     from trl.chat_template_utils import parse_response
 
-    from bench.peers_trl import grpo_config, quiet_experimental
+    from bench.peers_trl import grpo_config
+    from rollgym.doors.trl import quiet_experimental, response_template
     from rollgym.server.conversation.codec import ChatCodec
     from rollgym.trainer.config import TrainerConfig
 
