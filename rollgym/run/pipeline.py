@@ -231,7 +231,10 @@ class RunConfig(BaseModel):
                     f"the task with {task.env_kwargs}: they must be the same game"
                 )
             if task.max_turns != demos.max_turns:
-                raise ValueError("warmstart.demos.max_turns must equal task.max_turns")
+                raise ValueError(
+                    "warmstart.demos.max_turns must equal task.max_turns: set both (in "
+                    "--config), or run without the warm start (--no-warm-start)"
+                )
         elif demos.env_kwargs is not None and demos.env_kwargs != task.env_kwargs:
             raise ValueError(
                 f"warmstart.demos.env_kwargs {demos.env_kwargs} differ from the task's "
