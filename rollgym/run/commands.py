@@ -76,6 +76,11 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--max-staleness", type=int)
     train.add_argument("--group-size", type=int)
     train.add_argument("--groups-per-batch", type=int)
+    train.add_argument(
+        "--wait-s",
+        type=float,
+        help="how long a step waits for trainable groups before the run gives up (default 600)",
+    )
     train.set_defaults(handler=_train)
 
 
@@ -144,34 +149,28 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    """GRPO against a rollout server that is already running (its job, or one we start)."""
+    """GRPO against a rollout server that is already running (``rollgym.run.train_command``)."""
     import json
     import os
     import sys
 
+    from rollgym.run.train_command import train_on_server
     from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import ClientConfig, TrainerConfig, parse_config
-    from rollgym.trainer.loop import train
 
     values = json.loads(Path(args.config).read_text()) if args.config else {}
     values["output_dir"] = args.output_dir
     for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
-    config = parse_config(TrainerConfig, **values)
+    if args.wait_s is not None:
+        values["stall_timeout_s"] = args.wait_s
+    try:
+        config = parse_config(TrainerConfig, **values)
+    except TrainerConfigError as exc:
+        print(f"rollgym train: {exc}", file=sys.stderr)
+        return 2
     token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
     client_config = parse_config(ClientConfig, url=args.server, admin_token=token)
     with ServerClient(client_config) as client:
-        status = client.rollouts()  # the server's job, if one runs, must have our shape
-        job = status.job if status.running else None
-        if job is not None and (differences := config.differences(job)):
-            print(
-                f"rollgym train: the server's rollout job has another shape "
-                f"({'; '.join(differences)}): train with the job's shape (--group-size, "
-                "--groups-per-batch, --max-staleness) or stop the job",
-                file=sys.stderr,
-            )
-            return 2
-        result = train(config, client, Path(args.model))
-    print(f"trained {result.steps} steps; the server is at policy version {result.policy_version}")
-    return 0
+        return train_on_server(config, client, Path(args.model))
