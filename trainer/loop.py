@@ -38,6 +38,7 @@ from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.online_eval import BEST_DIR, EvalTask, OnlineEvaluation, OnlinePoint
 from rollgym.trainer.progress import RunProgress, StepLog, StepRecord
 from rollgym.trainer.rewards import trajectory_return
+from rollgym.trainer.series import step_series
 from rollgym.trainer.weights import WeightPusher
 
 
@@ -144,6 +145,9 @@ def train(
             sample_log=config.output_dir / "samples.jsonl" if config.log_samples else None,
             train_embeddings=config.train_embeddings,
             max_step_kl=config.max_step_kl,
+            series=lambda: step_series(
+                progress, ledger.dropped, online.points if online is not None else ()
+            ),
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed
                 *([online] if online is not None else []),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rollgym.contract import paths
 from rollgym.run.flags import USAGE, add_run_flags, flag_layer, layered
 from rollgym.run.presets import PRESETS
+from rollgym.trainer.config import Tracker
 from rollgym.trainer.errors import TrainerConfigError
 
 
@@ -76,6 +77,12 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--max-staleness", type=int)
     train.add_argument("--group-size", type=int)
     train.add_argument("--groups-per-batch", type=int)
+    train.add_argument(
+        "--report-to",
+        action="append",
+        choices=get_args(Tracker),
+        help="log the per-step series to this tracker too (tensorboard: <output_dir>/runs)",
+    )
     train.add_argument(
         "--wait-s",
         type=float,
@@ -160,7 +167,7 @@ def _train(args: argparse.Namespace) -> int:
 
     values = json.loads(Path(args.config).read_text()) if args.config else {}
     values["output_dir"] = args.output_dir
-    for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch"):
+    for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch", "report_to"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     if args.wait_s is not None:

@@ -17,9 +17,10 @@ import argparse
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rollgym.contract import paths
+from rollgym.trainer.config import Tracker
 from rollgym.trainer.errors import TrainerConfigError
 
 Values = dict[str, Any]
@@ -31,6 +32,8 @@ examples:
                                                your registered env (entry point or
                                                "module:Env-v0") on a pulled model
   rollgym run --model ./my-model --lr 1e-5 --group-size 8 --max-tokens 64
+  rollgym run --steps 20 --report-to tensorboard
+                                               the series in TensorBoard too
   rollgym run --config my.json --steps 50      any RunConfig field in the file, flags win
 
 A flag changes one field and keeps the rest of the preset; --config names any other field
@@ -81,6 +84,14 @@ def add_run_flags(run: argparse.ArgumentParser) -> None:
         help="0: synchronous; >= 1: asynchronous (default 1)",
     )
     grpo.add_argument(
+        "--report-to",
+        action="append",
+        choices=get_args(Tracker),
+        metavar="TRACKER",
+        help="also log TRL's and rollgym's per-step series to this tracker (tensorboard: "
+        "<run_dir>/grpo/runs, see it with `tensorboard --logdir`); off by default",
+    )
+    grpo.add_argument(
         "--seed",
         type=int,
         metavar="N",
@@ -114,6 +125,7 @@ def flag_layer(args: argparse.Namespace) -> Values:
             "groups_per_batch": args.groups_per_batch,
             "learning_rate": args.lr,
             "temperature": temperature,
+            "report_to": args.report_to,
         },
     }
     for table in ("task", "trainer"):

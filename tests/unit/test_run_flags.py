@@ -24,10 +24,11 @@ def test_each_knob_sets_its_field_and_keeps_the_rest_of_the_preset() -> None:
     config = config_of(
         "--steps", "7", "--group-size", "4", "--groups-per-batch", "3", "--lr", "1e-5",
         "--max-tokens", "32", "--temperature", "0.7", "--sandboxes", "2",
+        "--report-to", "tensorboard",
     )  # fmt: skip
     trainer, task = config.trainer, config.task
     assert (trainer.total_steps, trainer.group_size, trainer.groups_per_batch) == (7, 4, 3)
-    assert trainer.learning_rate == 1e-5
+    assert trainer.learning_rate == 1e-5 and trainer.report_to == ["tensorboard"]
     assert (task.max_tokens, task.sandboxes) == (32, 2)
     assert task.temperature == trainer.temperature == 0.7  # sampled and trained alike
     default = RunConfig()
