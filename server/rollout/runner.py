@@ -114,14 +114,19 @@ class RolloutRunner:
                 "episodes the server runs at once (runner.max_concurrent_episodes)"
             )
         first_seed = job.seeds[0] if job.seeds else 0
-        budget = await self._episodes.probe(EpisodeSpec.of(job, first_seed))
-        if budget.verdict == "cannot_fit":
-            raise BadRequest(f"no episode of this job can fit the context: {budget.explain()}")
-        if budget.verdict == "may_overflow":
-            warning = f"episodes may be cut by the context: {budget.explain()}"
-            logger.warning("rollout job on %s: %s", job.env_id, warning)
-            return [warning]
-        return []
+        warnings = []
+        for part in job.parts():  # every env of a mixture
+            budget = await self._episodes.probe(EpisodeSpec.of(part, first_seed))
+            where = f" ({part.env_id})" if job.mixture else ""
+            if budget.verdict == "cannot_fit":
+                raise BadRequest(
+                    f"no episode of this job{where} can fit the context: {budget.explain()}"
+                )
+            if budget.verdict == "may_overflow":
+                warning = f"episodes{where} may be cut by the context: {budget.explain()}"
+                logger.warning("rollout job on %s: %s", part.env_id, warning)
+                warnings.append(warning)
+        return warnings
 
     async def resume(self) -> None:
         """Start the job a previous run of the server persisted, if there is one."""
@@ -181,13 +186,17 @@ class RolloutRunner:
     # --- the loop -------------------------------------------------------------------------
 
     async def _admit(self, job: RolloutJob, schedule: SeedSchedule, keep: GroupFilter) -> None:
+        """Start groups while the window has room; a mixture's env drawn by weight per group."""
+        parts = job.parts()
+        weights = [part.weight for part in parts]
         max_groups = max(self._config.max_concurrent_episodes // job.group_size, 1)
         while self._error is None:
             in_flight = len(self._groups)
             room = min(self._window.room(), max_groups - in_flight)
             for _ in range(room):
                 seed = schedule.next()
-                task = asyncio.create_task(self._group(job, seed, schedule, keep))
+                part = parts[0] if len(parts) == 1 else self._rng.choices(parts, weights)[0]
+                task = asyncio.create_task(self._group(part, seed, schedule, keep))
                 self._groups.add(task)
                 task.add_done_callback(self._group_done)
             self._wake.clear()

@@ -8,7 +8,7 @@ import random
 import pytest
 from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script, wait_for
 
-from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.contract.wire import MixedEnv, PullRequest, RolloutJob, SamplingSettings
 from rollgym.engine.fake import FakeEngine, fake_logprob
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig, RunnerConfig
@@ -251,3 +251,30 @@ async def test_a_broken_server_invariant_stops_the_job_loudly(codec, buffer) -> 
     await wait_for(lambda: not sampler.status().running)
     assert "closed" in (sampler.status().error or "")
     await sampler.stop()
+
+
+async def test_a_mixture_draws_each_groups_env_by_weight(codec, buffer) -> None:
+    """Groups of a two-env job play one env each, both envs appear, and each group is
+    labelled with the env it played (the trainer splits its numbers by that label)."""
+    rng = random.Random(0)
+    envs = ScriptedEnvs(turns=1, reward_of=lambda seed, action: rng.random())
+    sampler, _ = runner(codec, FakeEngine(answer(codec, "3")), envs, buffer)
+    job = RolloutJob(
+        env_id=SCRIPTED,
+        group_size=2,
+        groups_per_batch=16,
+        max_staleness=0,
+        weight=2.0,
+        mixture=[MixedEnv(env_id=GUESS, env_kwargs={"low": 1, "high": 4}, weight=2.0)],
+        drop_zero_variance=False,  # the fake engine's same guess scores a group alike
+    )
+    await sampler.start(job)
+    await wait_for(lambda: buffer.depth.ready >= 16)
+    await sampler.stop()
+    response, _ = await buffer.pull(
+        PullRequest(trainer_version=0, max_staleness=0, num_groups=16), 0
+    )
+    played = {g.env_id for g in response.groups}
+    assert played == {SCRIPTED, GUESS}
+    for group in response.groups:
+        assert {t.env_id for t in group.trajectories} == {group.env_id}
