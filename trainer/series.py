@@ -12,6 +12,7 @@ reaches every tracker and no second logger exists::
     rollgym/stage/<stage>/busy_s, .../waiting_s     sampling, environment, buffer, training
     rollgym/latency/<part>_p50 (p90, p99)           model, environment, sandbox turns (s)
     rollgym/online_eval/success_rate                at the steps that evaluate
+    rollgym/env/<env_id>/reward_mean, .../success_rate   each env's part of the batch
 
 The names are TensorBoard tags as they are (TensorBoard groups on the first ``/``).
 """
@@ -48,6 +49,9 @@ def step_series(
         out.update(
             {f"latency/{part}_{q}": s for q, s in zip(("p50", "p90", "p99"), cuts, strict=True)}
         )
+    for env, part in record.per_env.items():
+        out[f"env/{env}/reward_mean"] = part.reward_mean
+        out[f"env/{env}/success_rate"] = part.success_rate
     if online and online[-1].step == record.step:
         out["online_eval/success_rate"] = online[-1].rate
     return {PREFIX + key: value for key, value in out.items()}

@@ -32,6 +32,8 @@ examples:
                                                your registered env (entry point or
                                                "module:Env-v0") on a pulled model
   rollgym run --model ./my-model --lr 1e-5 --group-size 8 --max-tokens 64
+  rollgym run --env rollgym/GuessNumber-v0@3 --env example/Reverse-v0@1
+                                               a mixture: 3 groups of one to 1 of the other
   rollgym run --steps 20 --report-to tensorboard
                                                the series in TensorBoard too
   rollgym run --config my.json --steps 50      any RunConfig field in the file, flags win
@@ -47,12 +49,19 @@ def add_run_flags(run: argparse.ArgumentParser) -> None:
     task = run.add_argument_group("task")
     task.add_argument(
         "--env",
-        metavar="ID",
-        help='the environment: a registered id ("example/Reverse-v0") or "module:Env-v0" '
+        metavar="ID[@WEIGHT]",
+        action="append",
+        type=_weighted_env,
+        help='the environment: a registered id ("example/Reverse-v0") or "module:Env-v0"; '
+        "give several for a mixture, each group playing one drawn by weight (default 1) "
         "(default: the preset's; a new env drops the preset's env kwargs and warm start)",
     )
     task.add_argument(
-        "--env-kwargs", metavar="JSON", type=_json_table, help="the env's kwargs, a JSON object"
+        "--env-kwargs",
+        metavar="JSON",
+        type=_json_table,
+        help="the (first) env's kwargs, a JSON object; a mixture's others take theirs in "
+        "--config's task.mixture",
     )
     task.add_argument("--max-turns", type=int, metavar="N", help="model turns per episode")
     task.add_argument("--max-tokens", type=int, metavar="N", help="tokens per model turn")
@@ -103,6 +112,7 @@ def add_run_flags(run: argparse.ArgumentParser) -> None:
 def flag_layer(args: argparse.Namespace) -> Values:
     """The fields the flags set (only those given)."""
     temperature = args.temperature
+    (env_id, weight), *mixed = args.env or [(None, None)]
     layer: Values = {
         "run_dir": args.run_dir,
         "model_dir": None if args.model is None else str(model_dir(args.model)),
@@ -111,7 +121,9 @@ def flag_layer(args: argparse.Namespace) -> Values:
         "servers": args.servers,
         "seed": args.seed,
         "task": {
-            "env_id": args.env,
+            "env_id": env_id,
+            "weight": weight,
+            "mixture": [{"env_id": env, "weight": w} for env, w in mixed] or None,
             "env_kwargs": args.env_kwargs,
             "max_turns": args.max_turns,
             "max_tokens": args.max_tokens,
@@ -144,20 +156,23 @@ def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
     out = merged(base, user)
     user_task = user.get("task") or {}
     new_env = user_task.get("env_id", base["task"]["env_id"]) != base["task"]["env_id"]
+    new_task = new_env or bool(user_task.get("mixture"))
     if new_env and "env_kwargs" not in user_task:
         out["task"]["env_kwargs"] = {}
     new_model = str(user.get("model_dir", base["model_dir"])) != str(base["model_dir"])
     if (new_env or new_model) and "warmstart" not in user:
         out["warmstart"] = None
-    if (new_env or new_model) and "run_dir" not in user:  # not the preset's run: not resumed
+    if (new_task or new_model) and "run_dir" not in user:  # not the preset's run: not resumed
         out["run_dir"] = str(paths.runs_dir() / _run_name(out))
     return out
 
 
 def _run_name(config: Values) -> str:
-    """``example-Reverse-v0-smollm2-135m-instruct``: the env and the model, as a folder."""
-    env = config["task"]["env_id"].rpartition(":")[2]
-    return f"{env}-{Path(config['model_dir']).name}".replace("/", "-")
+    """``example-Reverse-v0-smollm2-135m-instruct``: the envs and the model, as a folder."""
+    task = config["task"]
+    ids = [task["env_id"], *(part["env_id"] for part in task.get("mixture") or [])]
+    envs = "+".join(env_id.rpartition(":")[2] for env_id in ids)
+    return f"{envs}-{Path(config['model_dir']).name}".replace("/", "-")
 
 
 def model_dir(name_or_dir: str) -> Path:
@@ -173,6 +188,20 @@ def model_dir(name_or_dir: str) -> Path:
             "model directory (one with config.json); pull one with `rollgym model pull`"
         )
     return path
+
+
+def _weighted_env(text: str) -> tuple[str, float | None]:
+    """``ID`` or ``ID@WEIGHT`` (a positive number)."""
+    env_id, at, weight = text.rpartition("@")
+    if not at:
+        return text, None
+    try:
+        value = float(weight)
+    except ValueError:
+        value = 0.0
+    if not env_id or not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: give ID or ID@WEIGHT, a weight above 0")
+    return env_id, value
 
 
 def _json_table(text: str) -> dict[str, Any]:

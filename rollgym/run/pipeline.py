@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -31,12 +30,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym.contract import paths
-from rollgym.contract.wire import RolloutJob, SamplingSettings
+from rollgym.contract.wire import MixedEnv, RolloutJob, SamplingSettings
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process
 from rollgym.run.demos import GUESS_ID, GUESS_RULES, ComputeDemos, GuessDemos
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
+from rollgym.run.summary import write_summary
 from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
@@ -48,7 +48,12 @@ from rollgym.trainer.config import (
     TrainerConfig,
 )
 from rollgym.trainer.errors import TrainerConfigError
-from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
+from rollgym.trainer.evaluate import (
+    SuccessRate,
+    evaluate_server,
+    evaluate_weights,
+    held_out_seeds,
+)
 from rollgym.trainer.loop import TrainResult, train
 from rollgym.trainer.online_eval import EvalTask
 
@@ -75,6 +80,22 @@ class TaskConfig(BaseModel):
         description="for envs whose tasks bring their own images (harbor/...): the cap on "
         "boxes of all images at once, warm per image (0: the default image only)",
     )
+    weight: float = Field(1.0, gt=0, description="env_id's share of the groups in a mixture")
+    mixture: list[MixedEnv] = Field(
+        default_factory=list,
+        description="more envs trained in the same run: each group plays one, drawn by weight; "
+        "each is evaluated apart",
+    )
+
+    def envs(self) -> list[MixedEnv]:
+        """Every env the run trains on, ``env_id``'s first."""
+        first = MixedEnv(
+            env_id=self.env_id,
+            env_kwargs=self.env_kwargs,
+            max_turns=self.max_turns,
+            weight=self.weight,
+        )
+        return [first, *self.mixture]
 
     def sandbox_settings(self) -> dict[str, str]:
         """The server settings (environment variables) of the boxes the task needs."""
@@ -266,6 +287,8 @@ class RunConfig(BaseModel):
             max_turns=self.task.max_turns,
             sampling=self.sampling(),
             seeds=self._training_seeds(),
+            weight=self.task.weight,
+            mixture=self.task.mixture,
         )
 
     def _training_seeds(self) -> list[int] | None:
@@ -292,6 +315,7 @@ class RunReport:
     summary_json: Path
     alarm_crossings: list[tuple[int, str, float]]  # (step, metric, value)
     best: SuccessRate | None = None  # the best online point's weights, held out
+    per_env: dict[str, SuccessRate] = dataclasses.field(default_factory=dict)  # RL, held out
 
 
 def run_default(
@@ -339,11 +363,15 @@ def run_default(
         )
         client.stop_rollouts()
         warm_rate = final_rate = best_rate = None
+        per_env: dict[str, SuccessRate] = {}
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
             warm_rate = _evaluate(client, config, warm_dir)
             final_rate = _evaluate(client, config, final_weights(config))
             printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
+            per_env = {config.task.env_id: final_rate, **_evaluate_mixture(client, config)}
+            for env, env_rate in list(per_env.items())[1:]:
+                printer(f"  after RL on {env}: {env_rate}")
             if result.best_dir is not None:
                 best_rate = _evaluate(client, config, result.best_dir)
                 printer(f"  best (online evaluation): {best_rate}")
@@ -359,8 +387,9 @@ def run_default(
         summary_json=config.run_dir / "summary.json",
         alarm_crossings=crossings,
         best=best_rate,
+        per_env=per_env,
     )
-    _write_summary(report, config)
+    write_summary(report, config)
     return report
 
 
@@ -439,6 +468,21 @@ def final_weights(config: RunConfig) -> Path:
     return checkpoint
 
 
+def _evaluate_mixture(client: ServerClient, config: RunConfig) -> dict[str, SuccessRate]:
+    """The served policy (the final weights) on each env mixed in beside ``env_id``."""
+    return {
+        part.env_id: evaluate_server(
+            client,
+            env_id=part.env_id,
+            env_kwargs=part.env_kwargs,
+            seeds=held_out_seeds(config.eval_episodes),
+            max_turns=part.max_turns,
+            sampling=config.sampling(),
+        ).per_sample
+        for part in config.task.mixture
+    }
+
+
 def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> SuccessRate:
     return evaluate_weights(
         client,
@@ -449,42 +493,3 @@ def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> Succe
         max_turns=config.task.max_turns,
         sampling=config.sampling(),
     )
-
-
-def _write_summary(report: RunReport, config: RunConfig) -> None:
-    def rate(value: SuccessRate | None) -> dict[str, float] | None:
-        return None if value is None else {**dataclasses.asdict(value), "rate": value.rate}
-
-    summary = {
-        "wall_s": report.wall_s,
-        "steps": report.train.steps,
-        "policy_version": report.train.policy_version,
-        "groups_trained": report.train.groups_trained,
-        "dropped": report.train.dropped.model_dump(),
-        "stage_shares": report.train.stage_shares,
-        "turn_latency_s": {
-            name: dict(zip(("p50", "p90", "p99"), cuts, strict=True))
-            for name, cuts in report.train.turn_latency.items()
-        },
-        "success_rate": {
-            "warm_start": rate(report.warm_start),
-            "rl": rate(report.final),
-            "best": rate(report.best),
-        },
-        "online_eval": [
-            {**point.model_dump(), "rate": point.rate} for point in report.train.online_eval
-        ],
-        "rollbacks": sum(point.rolled_back for point in report.train.online_eval),
-        "shortened_steps": report.train.shortened_steps,
-        "undone_steps": report.train.undone_steps,
-        "alarms": {
-            "bounds": config.trainer.alarms.model_dump(),
-            "crossings": [
-                {"step": step, "metric": metric, "value": value}
-                for step, metric, value in report.alarm_crossings
-            ],
-            "per_step": [{"step": r.step, **r.alarms} for r in report.train.records],
-        },
-        "config": json.loads(config.model_dump_json()),
-    }
-    report.summary_json.write_text(json.dumps(summary, indent=2))

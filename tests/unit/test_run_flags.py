@@ -115,3 +115,27 @@ def test_help_reads_as_a_how_to(capsys) -> None:
     for flag in ("--env ID", "--model NAME|DIR", "--steps N", "--lr LR", "--config JSON"):
         assert flag in text
     assert "examples:" in text and "rollgym run --env example/Reverse-v0" in text
+
+
+def test_several_envs_make_a_weighted_mixture_with_its_own_run_dir() -> None:
+    config = config_of("--env", "rollgym/GuessNumber-v0@3", "--env", f"{USER_ENV}@1.5")
+    task = config.task
+    assert (task.env_id, task.weight) == ("rollgym/GuessNumber-v0", 3.0)
+    assert task.env_kwargs == RunConfig().task.env_kwargs  # the first env is the preset's
+    assert [(p.env_id, p.weight, p.env_kwargs) for p in task.mixture] == [(USER_ENV, 1.5, {})]
+    assert config.warmstart == RunConfig().warmstart  # it still plays the preset's game
+    assert config.run_dir.name == (
+        f"rollgym-GuessNumber-v0+example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
+    )
+    job = config.rollout_job()
+    assert [(p.env_id, p.weight) for p in job.parts()] == [
+        ("rollgym/GuessNumber-v0", 3.0),
+        (USER_ENV, 1.5),
+    ]
+
+
+@pytest.mark.parametrize("bad", ["x@0", "x@-1", "x@many", "@2"])
+def test_a_bad_weight_is_refused_by_the_parser(bad: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        _build_parser().parse_args(["run", "--env", bad])
+    assert "give ID or ID@WEIGHT, a weight above 0" in capsys.readouterr().err

@@ -106,3 +106,20 @@ def test_step_series_names_the_closed_steps_numbers() -> None:
     assert series["rollgym/dropped/malformed"] == 0.0
     assert {"rollgym/latency/model_p50", "rollgym/stage/buffer/waiting_s"} <= series.keys()
     assert "rollgym/online_eval/success_rate" not in series
+
+
+def test_a_mixtures_batch_is_split_by_env_in_the_record_the_series_and_the_table() -> None:
+    progress = RunProgress()
+    guess = _group(0, [1.0, 1.0]).model_copy(update={"env_id": "rollgym/GuessNumber-v0"})
+    mine = _group(0, [0.0, 0.5]).model_copy(update={"env_id": "example/Reverse-v0"})
+    progress.on_groups([guess, mine], trainer_version=0)
+    record = progress.end_step(step=1, policy_version=0, dropped_total=0)
+    assert record.per_env["rollgym/GuessNumber-v0"].reward_mean == 1.0
+    assert record.per_env["rollgym/GuessNumber-v0"].success_rate == 1.0
+    assert record.per_env["example/Reverse-v0"].reward_mean == 0.25
+    assert record.per_env["example/Reverse-v0"].trajectories == 2
+    series = step_series(progress, DropCounts())
+    assert series["rollgym/env/example/Reverse-v0/reward_mean"] == 0.25
+    assert series["rollgym/env/rollgym/GuessNumber-v0/success_rate"] == 1.0
+    table = progress.render(total_steps=3)
+    assert "example/Reverse-v0" in table and "rollgym/GuessNumber-v0" in table
