@@ -280,6 +280,14 @@ class MixedEnv(_Input):
     weight: float = Field(1.0, gt=0, le=1e6, description="its share of the groups, relative")
 
 
+class CurriculumSettings(_Input):
+    """Play less the seeds whose last ``window`` groups were all solved or all failed
+    (rewards all equal): only with probability ``floor`` (``server.rollout.curriculum``)."""
+
+    window: int = Field(2, ge=1, le=64, description="recent groups of a seed looked at")
+    floor: float = Field(0.1, ge=0.0, le=1.0, description="the chance a held-back seed plays")
+
+
 class RolloutJob(RunShape, _Input):
     """What the sampler should run: groups of ``group_size`` episodes per task seed, in the
     run's shape (``rollgym.contract.shape``: the trainer's must be the same)."""
@@ -310,6 +318,18 @@ class RolloutJob(RunShape, _Input):
         description="more envs in the same job: each group plays one env, drawn by weight "
         "among env_id and these (on the same task seeds)",
     )
+
+    curriculum: CurriculumSettings | None = Field(
+        None, description="play tasks that teach nothing less (needs a seed list); None: off"
+    )
+
+    @model_validator(mode="after")
+    def _curriculum_has_seeds(self) -> RolloutJob:
+        if self.curriculum is not None and self.seeds is None:
+            raise ValueError(
+                "curriculum needs a seed list (seeds): only tasks that come back can be played less"
+            )
+        return self
 
     def parts(self) -> list[RolloutJob]:
         """The job once per env of its mixture (``env_id``'s first), each with no mixture.

@@ -34,6 +34,7 @@ examples:
   rollgym run --model ./my-model --lr 1e-5 --group-size 8 --max-tokens 64
   rollgym run --env rollgym/GuessNumber-v0@3 --env example/Reverse-v0@1
                                                a mixture: 3 groups of one to 1 of the other
+  rollgym run --seed-pool 64 --curriculum     tasks that teach nothing come back less
   rollgym run --steps 20 --report-to tensorboard
                                                the series in TensorBoard too
   rollgym run --config my.json --steps 50      any RunConfig field in the file, flags win
@@ -62,6 +63,15 @@ def add_run_flags(run: argparse.ArgumentParser) -> None:
         type=_json_table,
         help="the (first) env's kwargs, a JSON object; a mixture's others take theirs in "
         "--config's task.mixture",
+    )
+    task.add_argument(
+        "--seed-pool", type=int, metavar="N", help="train on N task seeds, cycled (default: new)"
+    )
+    task.add_argument(
+        "--curriculum",
+        action="store_true",
+        help="play less the tasks whose last 2 groups were all solved or all failed (each "
+        "still 10%% of the time); needs --seed-pool",
     )
     task.add_argument("--max-turns", type=int, metavar="N", help="model turns per episode")
     task.add_argument("--max-tokens", type=int, metavar="N", help="tokens per model turn")
@@ -123,12 +133,14 @@ def flag_layer(args: argparse.Namespace) -> Values:
         "task": {
             "env_id": env_id,
             "weight": weight,
-            "mixture": [{"env_id": env, "weight": w} for env, w in mixed] or None,
+            "mixture": [_part(env, weight) for env, weight in mixed] or None,
             "env_kwargs": args.env_kwargs,
             "max_turns": args.max_turns,
             "max_tokens": args.max_tokens,
             "temperature": temperature,
             "sandboxes": args.sandboxes,
+            "seed_pool": args.seed_pool,
+            "curriculum": {} if args.curriculum else None,
         },
         "trainer": {
             "total_steps": args.steps,
@@ -188,6 +200,10 @@ def model_dir(name_or_dir: str) -> Path:
             "model directory (one with config.json); pull one with `rollgym model pull`"
         )
     return path
+
+
+def _part(env_id: str, weight: float | None) -> Values:
+    return {"env_id": env_id} if weight is None else {"env_id": env_id, "weight": weight}
 
 
 def _weighted_env(text: str) -> tuple[str, float | None]:

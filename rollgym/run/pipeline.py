@@ -30,13 +30,14 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym.contract import paths
-from rollgym.contract.wire import MixedEnv, RolloutJob, SamplingSettings
+from rollgym.contract.wire import RolloutJob, SamplingSettings
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process
-from rollgym.run.demos import GUESS_ID, GUESS_RULES, ComputeDemos, GuessDemos
+from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
 from rollgym.run.summary import write_summary
+from rollgym.run.task import TaskConfig
 from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
@@ -56,53 +57,6 @@ from rollgym.trainer.evaluate import (
 )
 from rollgym.trainer.loop import TrainResult, train
 from rollgym.trainer.online_eval import EvalTask
-
-
-class TaskConfig(BaseModel):
-    """What the rollout job samples: the environment, its difficulty, sampling."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    env_id: str = GUESS_ID
-    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 8, **GUESS_RULES})
-    max_turns: int = Field(3, ge=1)
-    max_tokens: int = Field(8, ge=1, description="per model turn")
-    temperature: float = Field(1.0, gt=0)
-    sandboxes: int = Field(
-        0,
-        ge=0,
-        description="the server's warm pool of boxes for sandboxed envs (0: none); an "
-        "episode holds one from its reset to its end",
-    )
-    max_boxes: int = Field(
-        0,
-        ge=0,
-        description="for envs whose tasks bring their own images (harbor/...): the cap on "
-        "boxes of all images at once, warm per image (0: the default image only)",
-    )
-    weight: float = Field(1.0, gt=0, description="env_id's share of the groups in a mixture")
-    mixture: list[MixedEnv] = Field(
-        default_factory=list,
-        description="more envs trained in the same run: each group plays one, drawn by weight; "
-        "each is evaluated apart",
-    )
-
-    def envs(self) -> list[MixedEnv]:
-        """Every env the run trains on, ``env_id``'s first."""
-        first = MixedEnv(
-            env_id=self.env_id,
-            env_kwargs=self.env_kwargs,
-            max_turns=self.max_turns,
-            weight=self.weight,
-        )
-        return [first, *self.mixture]
-
-    def sandbox_settings(self) -> dict[str, str]:
-        """The server settings (environment variables) of the boxes the task needs."""
-        return {
-            "ROLLGYM_SANDBOXES__POOL_SIZE": str(self.sandboxes),
-            "ROLLGYM_SANDBOXES__MAX_BOXES": str(self.max_boxes),
-        }
 
 
 def _default_trainer() -> TrainerConfig:
@@ -289,11 +243,16 @@ class RunConfig(BaseModel):
             seeds=self._training_seeds(),
             weight=self.task.weight,
             mixture=self.task.mixture,
+            curriculum=self.task.curriculum,
         )
 
     def _training_seeds(self) -> list[int] | None:
         """Task seeds 0, 1, 2, ... by default; with ``seed`` N a block of its own, far
-        below the held-out seeds (``held_out_seeds``) and cycled if the run needs more."""
+        below the held-out seeds (``held_out_seeds``) and cycled if the run needs more;
+        with ``task.seed_pool`` P the first P of that block, cycled."""
+        if self.task.seed_pool is not None:  # a fixed pool, cycled: tasks come back
+            start = (self.seed or 0) * 100_000
+            return list(range(start, start + self.task.seed_pool))
         if not self.seed:
             return None
         count = 2 * self.trainer.total_steps * self.trainer.groups_per_batch

@@ -34,12 +34,14 @@ from rollgym.server.config import RunnerConfig
 from rollgym.server.errors import BadRequest, ServerError
 from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
+from rollgym.server.rollout.curriculum import Curriculum
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict
 from rollgym.server.rollout.ordering import SeedSchedule
 
 logger = logging.getLogger(__name__)
 _IDLE_POLL_S = 0.25  # re-check the window this often while it is full (pulls free room)
+_CURRICULUM_TRIES = 64  # seeds a curriculum may pass over for one group before taking one
 
 
 class _Counts:
@@ -79,6 +81,7 @@ class RolloutRunner:
         self._wake = asyncio.Event()
         self._episodes_running = 0
         self._counts = _Counts()
+        self._curriculum: Curriculum | None = None
         self._error: str | None = None
         self._warnings: list[str] = []
         self._window = window or SharedWindow(
@@ -101,6 +104,12 @@ class RolloutRunner:
             await asyncio.to_thread(write_atomic, self._job_path, job.model_dump_json().encode())
         self._window.job = AdmissionGate(job.max_staleness, job.groups_per_batch, job.oversample)
         schedule = SeedSchedule(job.seeds, job.order, self._rng)
+        settings = job.curriculum
+        self._curriculum = (
+            None
+            if settings is None
+            else Curriculum(window=settings.window, floor=settings.floor, rng=self._rng)
+        )
         keep = GroupFilter(job.group_size, job.drop_zero_variance)
         self._loop_task = asyncio.create_task(self._admit(job, schedule, keep))
         self._loop_task.add_done_callback(self._stopped)
@@ -194,7 +203,7 @@ class RolloutRunner:
             in_flight = len(self._groups)
             room = min(self._window.room(), max_groups - in_flight)
             for _ in range(room):
-                seed = schedule.next()
+                seed = self._next_seed(schedule)
                 part = parts[0] if len(parts) == 1 else self._rng.choices(parts, weights)[0]
                 task = asyncio.create_task(self._group(part, seed, schedule, keep))
                 self._groups.add(task)
@@ -203,6 +212,17 @@ class RolloutRunner:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_IDLE_POLL_S):  # not wait_for: it can eat a cancel
                     await self._wake.wait()
+
+    def _next_seed(self, schedule: SeedSchedule) -> int:
+        """The schedule's next seed the curriculum admits (any, after a pass of refusals)."""
+        seed = schedule.next()
+        if self._curriculum is None:
+            return seed
+        for _ in range(_CURRICULUM_TRIES):
+            if self._curriculum.admits(seed):
+                break
+            seed = schedule.next()
+        return seed
 
     def _stopped(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (error := task.exception()) is not None:
@@ -254,6 +274,8 @@ class RolloutRunner:
             self._counts.invalid_trajectories += 1
             self._metrics.invalid.inc()
         verdict = keep.verdict([t.reward for t in valid])
+        if self._curriculum is not None and spec.task_seed is not None and len(valid) >= 2:
+            self._curriculum.observe(spec.task_seed, flat=keep.flat([t.reward for t in valid]))
         if verdict is Verdict.KEEP:
             group = TrajectoryGroup(
                 group_id=spec.group_id,

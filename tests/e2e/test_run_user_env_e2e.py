@@ -1,10 +1,11 @@
-"""``rollgym run --env <a user's env> --report-to tensorboard``: the one command line of
-issue 39, end to end on the real server and the default model.
+"""``rollgym run --env <a user's env> --env <another> --report-to tensorboard``: the one
+command line of issue 39, end to end on the real server and the default model.
 
 The env is a user's module on ``PYTHONPATH`` (registered by importing it, reached as
 ``"module:id"``): nothing in rollgym names it. Its reward is the parity of the answer's
 length, so a group's rewards differ even for an untrained model and GRPO has steps to take.
-The series are read back from TensorBoard's own store.
+GuessNumber is mixed in, so the real runner draws groups of both and each is evaluated
+apart. The series are read back from TensorBoard's own store.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class ParityEnv(gymnasium.Env):
 gymnasium.register("user/Parity-v0", entry_point="parity_env:ParityEnv", max_episode_steps=1)
 '''
 ENV_ID = "parity_env:user/Parity-v0"
+MIXED = "rollgym/GuessNumber-v0"
 STEPS = 2
 
 
@@ -53,7 +55,7 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
     (site / "parity_env.py").write_text(USER_ENV)
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "rollgym.cli", "run", "--env", ENV_ID, "--steps", str(STEPS),
+        sys.executable, "-m", "rollgym.cli", "run", "--env", f"{ENV_ID}@3", "--env", MIXED, "--steps", str(STEPS),
         "--group-size", "4", "--groups-per-batch", "2", "--max-tokens", "6",
         "--eval-episodes", "4", "--run-dir", str(run_dir), "--report-to", "tensorboard",
     ]  # fmt: skip
@@ -69,12 +71,22 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
     assert summary["config"]["task"]["env_id"] == ENV_ID
     assert summary["config"]["task"]["env_kwargs"] == {}
     assert summary["success_rate"]["rl"]["episodes"] == 4
+    assert summary["config"]["task"]["mixture"][0]["env_id"] == MIXED
+    per_env = summary["per_env"]
+    assert per_env[ENV_ID]["trained_episodes"] > 0  # GuessNumber's groups may all be dropped
+    for env in (ENV_ID, MIXED):  # zero-variance by an untrained model; both are evaluated
+        assert per_env[env]["held_out_rl"]["episodes"] == 4
 
     (tb_run,) = (run_dir / "grpo" / "runs").iterdir()
     events = EventAccumulator(str(tb_run))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    for tag in ("train/loss", "train/rollgym/reward_mean", "train/rollgym/latency/model_p50"):
+    for tag in (
+        "train/loss",
+        "train/rollgym/reward_mean",
+        "train/rollgym/latency/model_p50",
+        f"train/rollgym/env/{ENV_ID}/reward_mean",
+    ):
         assert tag in tags, sorted(tags)
         assert [e.step for e in events.Scalars(tag)] == list(range(1, STEPS + 1))
     rewards = [e.value for e in events.Scalars("train/rollgym/reward_mean")]

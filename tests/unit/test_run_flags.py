@@ -134,8 +134,28 @@ def test_several_envs_make_a_weighted_mixture_with_its_own_run_dir() -> None:
     ]
 
 
+def test_a_mixed_env_without_a_weight_weighs_1() -> None:
+    task = config_of("--env", f"{USER_ENV}@2", "--env", "rollgym/GuessNumber-v0").task
+    assert task.weight == 2.0
+    assert [(p.env_id, p.weight) for p in task.mixture] == [("rollgym/GuessNumber-v0", 1.0)]
+
+
 @pytest.mark.parametrize("bad", ["x@0", "x@-1", "x@many", "@2"])
 def test_a_bad_weight_is_refused_by_the_parser(bad: str, capsys) -> None:
     with pytest.raises(SystemExit):
         _build_parser().parse_args(["run", "--env", bad])
     assert "give ID or ID@WEIGHT, a weight above 0" in capsys.readouterr().err
+
+
+def test_a_curriculum_on_a_seed_pool_reaches_the_rollout_job() -> None:
+    config = config_of("--seed-pool", "16", "--curriculum", "--seed", "2")
+    job = config.rollout_job()
+    assert job.seeds == list(range(200_000, 200_016))  # the pool, in the seed's own block
+    assert job.curriculum is not None and job.curriculum.floor == 0.1
+    assert config_of("--seed-pool", "4").rollout_job().curriculum is None  # off by default
+
+
+def test_a_curriculum_without_a_pool_gets_one_line(capsys) -> None:
+    assert main(["run", "--no-doctor", "--curriculum"]) == 2
+    err = capsys.readouterr().err
+    assert "a curriculum needs task.seed_pool (--seed-pool N)" in err and err.count("\n") == 1

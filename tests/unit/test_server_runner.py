@@ -8,7 +8,13 @@ import random
 import pytest
 from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script, wait_for
 
-from rollgym.contract.wire import MixedEnv, PullRequest, RolloutJob, SamplingSettings
+from rollgym.contract.wire import (
+    CurriculumSettings,
+    MixedEnv,
+    PullRequest,
+    RolloutJob,
+    SamplingSettings,
+)
 from rollgym.engine.fake import FakeEngine, fake_logprob
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig, RunnerConfig
@@ -278,3 +284,38 @@ async def test_a_mixture_draws_each_groups_env_by_weight(codec, buffer) -> None:
     assert played == {SCRIPTED, GUESS}
     for group in response.groups:
         assert {t.env_id for t in group.trajectories} == {group.env_id}
+
+
+@pytest.mark.parametrize("curriculum", [CurriculumSettings(window=1, floor=0.0), None])
+async def test_a_curriculum_plays_a_task_that_teaches_nothing_less(
+    codec, buffer, curriculum: CurriculumSettings | None
+) -> None:
+    """Seed 1 scores every sample alike (a flat group: nothing to learn), seed 2 does not.
+    With the curriculum (floor 0) seed 1 is played once, then held back; without it, it
+    comes back once per pass over the two seeds. One group runs at a time, so each
+    finishes before the next seed is chosen."""
+    counter = iter(range(1_000_000))
+
+    def reward(seed: int, action: str) -> float:
+        return 0.0 if seed == 1 else float(next(counter) % 2)
+
+    envs = ScriptedEnvs(turns=1, reward_of=reward)
+    engine = FakeEngine(answer(codec, "3"))
+    sampler, _ = runner(codec, engine, envs, buffer, max_concurrent_episodes=2)
+    job = RolloutJob(
+        env_id=SCRIPTED, group_size=2, groups_per_batch=8, max_staleness=0,
+        seeds=[1, 2], curriculum=curriculum,
+    )  # fmt: skip
+    await sampler.start(job)
+    await wait_for(lambda: sampler.status().completed_groups >= 8)
+    status = await sampler.stop()
+    flat, kept = status.dropped_zero_variance, status.completed_groups
+    if curriculum is not None:
+        assert (flat, kept) == (1, 8)  # played once, then held back
+    else:
+        assert flat >= kept - 1  # half the groups
+
+
+def test_a_curriculum_needs_a_seed_list() -> None:
+    with pytest.raises(ValueError, match="curriculum needs a seed list"):
+        RolloutJob(env_id=SCRIPTED, curriculum=CurriculumSettings())
