@@ -1,14 +1,19 @@
 """``rollgym run``'s flags: the common knobs of a run, each one field of ``RunConfig``.
 
 A run's config is built in layers (``rollgym.run.presets``): the defaults, the preset, the
-``--config`` file, then these flags. Two rules keep a changed task or model from inheriting
+``--config`` file, then these flags. Three rules keep a changed task or model from inheriting
 what belonged to the old one, unless the file or a flag names it again:
 
 * a new env (``--env``, or ``task.env_id`` in the file) starts with no env kwargs (the
   built-in game's ``low``/``high``/``strict`` mean nothing to another env);
-* a new env or model drops the preset's warm start when its demonstrations play another
-  env, or were tuned for another model (the default preset's SFT exists because the 3.3M
-  default model starts random; a pulled or trained model starts as it is).
+* a new env or model starts without the preset's warm start (its demonstrations play the
+  preset's env, and the default preset's SFT exists because the 3.3M default model starts
+  random; a pulled or trained model starts as it is);
+* a new env, mixture or model gets a run dir of its own (``runs/<envs>-<model>``), so it
+  never resumes the preset's run.
+
+Several ``--env ID[@WEIGHT]`` make a mixture: the first is ``task.env_id``, the others
+``task.mixture``.
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ def flag_layer(args: argparse.Namespace) -> Values:
 
 
 def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
-    """``base`` (defaults and preset) under the user's layers, with the module's two rules."""
+    """``base`` (defaults and preset) under the user's layers, with the module's three rules."""
     from rollgym.run.presets import merged
 
     user = merged(*user_layers)

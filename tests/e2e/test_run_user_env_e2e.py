@@ -81,14 +81,18 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
     events = EventAccumulator(str(tb_run))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    for tag in (
-        "train/loss",
-        "train/rollgym/reward_mean",
-        "train/rollgym/latency/model_p50",
-        f"train/rollgym/env/{ENV_ID}/reward_mean",
-    ):
+    for tag in ("train/loss", "train/rollgym/reward_mean", "train/rollgym/latency/model_p50"):
         assert tag in tags, sorted(tags)
         assert [e.step for e in events.Scalars(tag)] == list(range(1, STEPS + 1))
+    # each env's series at the steps whose batch held its groups: together, every step
+    env_steps = {
+        e.step
+        for env in (ENV_ID, MIXED)
+        if (tag := f"train/rollgym/env/{env}/reward_mean") in tags
+        for e in events.Scalars(tag)
+    }
+    assert f"train/rollgym/env/{ENV_ID}/reward_mean" in tags
+    assert env_steps == set(range(1, STEPS + 1))
     rewards = [e.value for e in events.Scalars("train/rollgym/reward_mean")]
     steps = [json.loads(line) for line in (run_dir / "grpo" / "steps.jsonl").open()]
     assert rewards == pytest.approx([step["reward_mean"] for step in steps])
