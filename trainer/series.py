@@ -49,9 +49,9 @@ def step_series(
         out.update(
             {f"latency/{part}_{q}": s for q, s in zip(("p50", "p90", "p99"), cuts, strict=True)}
         )
-    for env, part in record.per_env.items():
-        out[f"env/{env}/reward_mean"] = part.reward_mean
-        out[f"env/{env}/success_rate"] = part.success_rate
+    for env, env_step in record.per_env.items():
+        out[f"env/{env}/reward_mean"] = env_step.reward_mean
+        out[f"env/{env}/success_rate"] = env_step.success_rate
     if online and online[-1].step == record.step:
         out["online_eval/success_rate"] = online[-1].rate
     return {PREFIX + key: value for key, value in out.items()}

@@ -429,17 +429,18 @@ def final_weights(config: RunConfig) -> Path:
 
 def _evaluate_mixture(client: ServerClient, config: RunConfig) -> dict[str, SuccessRate]:
     """The served policy (the final weights) on each env mixed in beside ``env_id``."""
-    return {
-        part.env_id: evaluate_server(
+    rates = {}
+    for part in config.task.mixture:
+        env_kwargs: dict[str, object] = dict(part.env_kwargs)
+        rates[part.env_id] = evaluate_server(
             client,
             env_id=part.env_id,
-            env_kwargs=part.env_kwargs,
+            env_kwargs=env_kwargs,
             seeds=held_out_seeds(config.eval_episodes),
             max_turns=part.max_turns,
             sampling=config.sampling(),
         ).per_sample
-        for part in config.task.mixture
-    }
+    return rates
 
 
 def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> SuccessRate:
