@@ -20,6 +20,9 @@ True
 False
 >>> curriculum.observe(7, flat=False); curriculum.admits(7)
 True
+
+The runner keeps its memory beside the persisted job (``state``/``restore``), so a server
+that restarts resumes the job with the curriculum where it stopped.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ class Curriculum:
         if recent is None or len(recent) < self.window or not all(recent):
             return True
         return self._rng.random() < self.floor
+
+    def state(self) -> dict[str, list[bool]]:
+        """Its memory, as JSON can hold it (``restore`` takes it back)."""
+        return {str(seed): list(recent) for seed, recent in self._recent.items()}
+
+    def restore(self, state: dict[str, list[bool]]) -> None:
+        """Take back a ``state()`` (a resumed job goes on where it stopped)."""
+        self._recent = {
+            int(seed): deque(recent, maxlen=self.window) for seed, recent in state.items()
+        }
 
     def held_back(self) -> int:
         """Seeds whose recent groups were all flat (played at the floor's rate)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import statistics
@@ -91,9 +92,10 @@ class RolloutRunner:
 
     # --- control --------------------------------------------------------------------------
 
-    async def start(self, job: RolloutJob) -> RolloutStatus:
+    async def start(self, job: RolloutJob, *, resumed: bool = False) -> RolloutStatus:
         """Run ``job`` once it is checked (after stopping the current one, whose running
-        groups are dropped); a job that cannot work is refused and the current one runs on."""
+        groups are dropped); a job that cannot work is refused and the current one runs on.
+        ``resumed``: the persisted job after a restart (its curriculum's memory comes back)."""
         warnings = await self._check(job)
         await self._halt()
         self._job = job
@@ -110,6 +112,7 @@ class RolloutRunner:
             if settings is None
             else Curriculum(window=settings.window, floor=settings.floor, rng=self._rng)
         )
+        await self._load_curriculum(resumed)
         keep = GroupFilter(job.group_size, job.drop_zero_variance)
         self._loop_task = asyncio.create_task(self._admit(job, schedule, keep))
         self._loop_task.add_done_callback(self._stopped)
@@ -143,7 +146,7 @@ class RolloutRunner:
             return
         try:
             job = RolloutJob.model_validate_json(self._job_path.read_bytes())
-            await self.start(job)
+            await self.start(job, resumed=True)
         except (ValidationError, ServerError) as exc:
             logger.error("the persisted rollout job cannot resume (%s); it is dropped", exc)
             self._job_path.unlink(missing_ok=True)
@@ -213,6 +216,25 @@ class RolloutRunner:
                 async with asyncio.timeout(_IDLE_POLL_S):  # not wait_for: it can eat a cancel
                     await self._wake.wait()
 
+    @property
+    def _curriculum_path(self) -> Path | None:
+        return None if self._job_path is None else self._job_path.with_name("curriculum.json")
+
+    async def _load_curriculum(self, resumed: bool) -> None:
+        """A resumed job's curriculum memory back; a new job's starts empty."""
+        path = self._curriculum_path
+        if path is None:
+            return
+        if resumed and self._curriculum is not None and path.is_file():
+            self._curriculum.restore(json.loads(await asyncio.to_thread(path.read_bytes)))
+        elif not resumed:
+            path.unlink(missing_ok=True)
+
+    async def _save_curriculum(self) -> None:
+        if self._curriculum is not None and (path := self._curriculum_path) is not None:
+            state = json.dumps(self._curriculum.state()).encode()
+            await asyncio.to_thread(write_atomic, path, state)
+
     def _next_seed(self, schedule: SeedSchedule) -> int:
         """The schedule's next seed the curriculum admits (any, after a pass of refusals)."""
         seed = schedule.next()
@@ -276,6 +298,7 @@ class RolloutRunner:
         verdict = keep.verdict([t.reward for t in valid])
         if self._curriculum is not None and spec.task_seed is not None and len(valid) >= 2:
             self._curriculum.observe(spec.task_seed, flat=keep.flat([t.reward for t in valid]))
+            await self._save_curriculum()
         if verdict is Verdict.KEEP:
             group = TrajectoryGroup(
                 group_id=spec.group_id,

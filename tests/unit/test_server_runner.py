@@ -316,6 +316,37 @@ async def test_a_curriculum_plays_a_task_that_teaches_nothing_less(
         assert flat >= kept - 1  # half the groups
 
 
+async def test_a_resumed_job_keeps_its_curriculums_memory(codec, buffer, tmp_path) -> None:
+    """A server restart resumes the persisted job with what the curriculum had learnt:
+    seed 1 (flat) stays held back instead of being played once more."""
+    counter = iter(range(1_000_000))
+    envs = ScriptedEnvs(
+        turns=1, reward_of=lambda seed, action: 0.0 if seed == 1 else float(next(counter) % 2)
+    )
+
+    def restarted() -> RolloutRunner:
+        episodes = EpisodeRunner(FakeEngine(answer(codec, "3")), codec, envs, max_model_len=512)
+        config = RunnerConfig(max_concurrent_episodes=2)
+        job_path = tmp_path / "job.json"
+        return RolloutRunner(episodes, buffer, ServerMetrics(), config, job_path=job_path, seed=0)
+
+    first = restarted()
+    job = RolloutJob(
+        env_id=SCRIPTED, group_size=2, groups_per_batch=8, max_staleness=0, seeds=[1, 2],
+        curriculum=CurriculumSettings(window=1, floor=0.0),
+    )  # fmt: skip
+    await first.start(job)
+    await wait_for(lambda: first.status().completed_groups >= 3)
+    assert first.status().dropped_zero_variance == 1
+    await first.close()  # the job stays persisted
+
+    second = restarted()
+    await second.resume()
+    await wait_for(lambda: second.status().completed_groups >= 3)
+    await second.stop()
+    assert second.status().dropped_zero_variance == 0  # seed 1 not played again
+
+
 def test_a_curriculum_needs_a_seed_list() -> None:
     with pytest.raises(ValueError, match="curriculum needs a seed list"):
         RolloutJob(env_id=SCRIPTED, curriculum=CurriculumSettings())
