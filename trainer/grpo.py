@@ -109,6 +109,9 @@ class ServerGRPOTrainer(GRPOTrainer):
     logprobs, and the loss's own forward supplies them (``_get_per_token_logps_and_entropies``
     while ``_compute_loss`` runs), with the ratio, the alarms and the sample log built there.
     Every forward of whole rows computes each distinct prompt once (``trainer.shared_prompt``).
+
+    And ``log`` (public): each step's log gets rollgym's own series (``trainer.series``) before
+    TRL hands it to the callbacks, so the trackers of ``report_to`` write both, one logger.
     """
 
     def __init__(
