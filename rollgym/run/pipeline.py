@@ -325,14 +325,14 @@ def run_default(
         per_env: dict[str, SuccessRate] = {}
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
-            warm_rate = _evaluate(client, config, warm_dir)
-            final_rate = _evaluate(client, config, final_weights(config))
+            warm_rate = _evaluate(client, config, warm_dir, printer)
+            final_rate = _evaluate(client, config, final_weights(config), printer)
             printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
-            per_env = {config.task.env_id: final_rate, **_evaluate_mixture(client, config)}
+            per_env = {config.task.env_id: final_rate, **_evaluate_mixture(client, config, printer)}
             for env, env_rate in list(per_env.items())[1:]:
                 printer(f"  after RL on {env}: {env_rate}")
             if result.best_dir is not None:
-                best_rate = _evaluate(client, config, result.best_dir)
+                best_rate = _evaluate(client, config, result.best_dir, printer)
                 printer(f"  best (online evaluation): {best_rate}")
     printer("[5/5] report")
     crossings = alarm_crossings(result.records, config.trainer.alarms)
@@ -427,7 +427,9 @@ def final_weights(config: RunConfig) -> Path:
     return checkpoint
 
 
-def _evaluate_mixture(client: ServerClient, config: RunConfig) -> dict[str, SuccessRate]:
+def _evaluate_mixture(
+    client: ServerClient, config: RunConfig, printer: Callable[[str], object]
+) -> dict[str, SuccessRate]:
     """The served policy (the final weights) on each env mixed in beside ``env_id``."""
     rates = {}
     for part in config.task.mixture:
@@ -439,11 +441,17 @@ def _evaluate_mixture(client: ServerClient, config: RunConfig) -> dict[str, Succ
             seeds=held_out_seeds(config.eval_episodes),
             max_turns=part.max_turns,
             sampling=config.sampling(),
+            progress=printer,
         ).per_sample
     return rates
 
 
-def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> SuccessRate:
+def _evaluate(
+    client: ServerClient,
+    config: RunConfig,
+    model_dir: Path,
+    printer: Callable[[str], object] | None = None,
+) -> SuccessRate:
     return evaluate_weights(
         client,
         model_dir,
@@ -452,4 +460,5 @@ def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> Succe
         seeds=held_out_seeds(config.eval_episodes),
         max_turns=config.task.max_turns,
         sampling=config.sampling(),
+        progress=printer,
     )
