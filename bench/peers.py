@@ -133,7 +133,7 @@ def trainer_config(
 
 
 def task_config() -> Any:
-    from rollgym.run.pipeline import TaskConfig
+    from rollgym.run.task import TaskConfig
 
     return TaskConfig(
         env_id=ENV_ID,

@@ -96,7 +96,8 @@ if ENV_ID not in gymnasium.registry:
 def _run_mode(name: str, staleness: int, args: argparse.Namespace, warm_dir: Path) -> dict:
     from bench.grpo_mode import served, train_timed
     from rollgym.run.demos import GUESS_RULES
-    from rollgym.run.pipeline import RunConfig, TaskConfig, final_weights
+    from rollgym.run.pipeline import RunConfig, final_weights
+    from rollgym.run.task import TaskConfig
     from rollgym.trainer.config import TrainerConfig
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
 

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -40,6 +41,7 @@ ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate"
 LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo"]
 RewardScaling = Literal["group", "batch", "none"]
 Schedule = Literal["constant", "cosine", "linear"]
+Tracker = Literal["tensorboard"]
 
 
 class _Config(BaseModel):
@@ -188,6 +190,11 @@ class TrainerConfig(RunShape, _Config):
         description="append every step's samples (reward, advantage, sampled ids, behaviour and "
         "trainer logprobs) to <output_dir>/samples.jsonl, for diagnosing a run",
     )
+    report_to: list[Tracker] = Field(
+        default_factory=list,
+        description="experiment trackers for TRL's metrics and rollgym's (trainer.series), "
+        "through TRL's report_to; tensorboard writes under <output_dir>/runs",
+    )
     pull_timeout_s: float = Field(10.0, gt=0, le=600, description="one long-poll's wait")
     stall_timeout_s: float = Field(600.0, gt=0, description="give up after this long starved")
 
@@ -197,6 +204,17 @@ class TrainerConfig(RunShape, _Config):
         if size < 2:
             raise ValueError("GRPO compares the samples of a group: group_size must be at least 2")
         return size
+
+    @field_validator("report_to")
+    @classmethod
+    def _trackers_installed(cls, trackers: list[str]) -> list[str]:
+        for tracker in trackers:
+            if importlib.util.find_spec(tracker) is None:
+                raise ValueError(
+                    f"{tracker} is not installed: pip install 'rollgym[trackers]' "
+                    "(requirements/cpu.txt pins it)"
+                )
+        return trackers
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainerConfig:

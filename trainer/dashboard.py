@@ -47,7 +47,8 @@ class DashboardCallback(TrainerCallback):
             return  # no step closed since the last report (the run's closing summary)
         self._reported = step
         spans = self.progress.timeline.spans["training"][self._spans_sent :]
-        report = TrainerReport(**self.progress.steps[-1].model_dump(), busy_spans=spans)
+        step_numbers = self.progress.steps[-1].model_dump(exclude={"per_env"})  # not drawn yet
+        report = TrainerReport(**step_numbers, busy_spans=spans)
         try:
             self.client.report_step(report)
         except ServerReplyError as exc:

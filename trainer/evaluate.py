@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rollgym.contract.wire import EvaluationRequest, SamplingSettings, Trajectory
@@ -123,18 +124,47 @@ def evaluate_server(
     max_turns: int | None,
     sampling: SamplingSettings,
     timeout_s: float = 900.0,
+    progress: Callable[[str], object] | None = None,
 ) -> Evaluation:
-    """Play ``samples`` episodes per seed with the server's current policy (module docstring)."""
-    request = EvaluationRequest(
-        env_id=env_id,
-        env_kwargs=env_kwargs,
-        seeds=list(seeds),
-        samples=samples,
-        max_turns=max_turns,
-        sampling=sampling,
-    )
-    answer = client.evaluate(request, timeout_s=timeout_s)
-    return evaluation_of([group.trajectories for group in answer.groups], samples)
+    """Play ``samples`` episodes per seed with the server's current policy (module docstring).
+
+    With ``progress``, the seeds go in parts of ``PROGRESS_SEEDS`` and a counted line with
+    the time left follows each part; without, one request (``timeout_s`` is per request)."""
+    parts = [list(seeds)] if progress is None else _parts(seeds, PROGRESS_SEEDS)
+    groups: list[list[Trajectory]] = []
+    started = time.monotonic()
+    for part in parts:
+        request = EvaluationRequest(
+            env_id=env_id,
+            env_kwargs=env_kwargs,
+            seeds=part,
+            samples=samples,
+            max_turns=max_turns,
+            sampling=sampling,
+        )
+        answer = client.evaluate(request, timeout_s=timeout_s)
+        groups.extend(group.trajectories for group in answer.groups)
+        if progress is not None:
+            elapsed = time.monotonic() - started
+            progress(counted_line(len(groups) * samples, len(seeds) * samples, elapsed))
+    return evaluation_of(groups, samples)
+
+
+PROGRESS_SEEDS = 64  # seeds per request when progress is shown
+
+
+def counted_line(done: int, total: int, elapsed_s: float) -> str:
+    """The progress of an evaluation: the rate so far, extrapolated to what is left.
+
+    >>> counted_line(50, 200, elapsed_s=10.0)
+    '  evaluated 50/200 episodes, about 0m30s left'
+    """
+    left = round(elapsed_s / max(done, 1) * (total - done))
+    return f"  evaluated {done}/{total} episodes, about {left // 60}m{left % 60:02d}s left"
+
+
+def _parts(seeds: Sequence[int], size: int) -> list[list[int]]:
+    return [list(seeds[i : i + size]) for i in range(0, len(seeds), size)]
 
 
 def evaluate_weights(
@@ -147,9 +177,10 @@ def evaluate_weights(
     max_turns: int,
     sampling: SamplingSettings,
     timeout_s: float = 900.0,
+    progress: Callable[[str], object] | None = None,
 ) -> SuccessRate:
     """Push ``model_dir``'s weights (a LoRA checkpoint's merged), play one episode per seed,
-    return the success rate."""
+    return the success rate (``progress``: a counted line as parts finish, ``evaluate_server``)."""
     from rollgym.trainer.lora import load_policy
 
     model = load_policy(model_dir)
@@ -162,5 +193,6 @@ def evaluate_weights(
         max_turns=max_turns,
         sampling=sampling,
         timeout_s=timeout_s,
+        progress=progress,
     )
     return evaluation.per_sample

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def grpo_args(config: TrainerConfig, **overrides: Any) -> GRPOConfig:
         ignore_data_skip=True,
         shuffle_dataset=False,
         logging_steps=1,
-        report_to=[],
+        report_to=list(config.report_to),
         disable_tqdm=True,
         seed=config.seed,
         bf16=config.mixed_precision == "bf16",
@@ -108,6 +109,9 @@ class ServerGRPOTrainer(GRPOTrainer):
     logprobs, and the loss's own forward supplies them (``_get_per_token_logps_and_entropies``
     while ``_compute_loss`` runs), with the ratio, the alarms and the sample log built there.
     Every forward of whole rows computes each distinct prompt once (``trainer.shared_prompt``).
+
+    And ``log`` (public): each step's log gets rollgym's own series (``trainer.series``) before
+    TRL hands it to the callbacks, so the trackers of ``report_to`` write both, one logger.
     """
 
     def __init__(
@@ -116,9 +120,13 @@ class ServerGRPOTrainer(GRPOTrainer):
         sample_log: Path | None = None,
         train_embeddings: bool = True,
         max_step_kl: float | None = None,
+        series: Callable[[], Mapping[str, float]] | None = None,
         **kwargs: Any,
     ) -> None:
+        """``series``: rollgym's own metrics of the step just closed (``trainer.series``),
+        merged into TRL's log of that step, so ``report_to``'s trackers get both."""
         super().__init__(*args, **kwargs)
+        self.series = series
         if self.rollout_func is None:
             raise ValueError("ServerGRPOTrainer needs rollout_func (the server's group feed)")
         config: Any = self.args
@@ -144,6 +152,11 @@ class ServerGRPOTrainer(GRPOTrainer):
         if max_step_kl is not None:
             self.trust_region = StepTrustRegion(max_step_kl, self._batch_logps, self._record)
             self.add_callback(self.trust_region)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.series is not None and "loss" in logs:  # a step's log, not the closing summary
+            logs = {**logs, **self.series()}
+        super().log(logs, start_time)
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         batch = super()._prepare_inputs(generation_batch)

@@ -13,7 +13,8 @@ again. The server keeps its last applied weights and version across its own rest
 if it is at the checkpoint's version it already serves the checkpoint's weights and
 nothing is pushed (the groups it buffered stay fresh); if the versions disagree, the first
 thing the trainer does is push the restored weights, so the server samples from them
-before the first new step. A fresh run always pushes its starting weights.
+before the first new step. A fresh run pushes its starting weights, unless the caller
+knows the server serves them already (``starts_served``: ``trainer.preflight``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.online_eval import BEST_DIR, EvalTask, OnlineEvaluation, OnlinePoint
 from rollgym.trainer.progress import RunProgress, StepLog, StepRecord
 from rollgym.trainer.rewards import trajectory_return
+from rollgym.trainer.series import step_series
 from rollgym.trainer.weights import WeightPusher
 
 
@@ -79,12 +81,14 @@ def train(
     on_ready: Callable[[], object] | None = None,
     eval_task: EvalTask | None = None,
     printer: Callable[[str], object] | None = print,
+    starts_served: bool = False,
 ) -> TrainResult:
     """Train ``model`` (a directory) with GRPO on the server's groups until ``total_steps``.
 
     ``on_ready`` runs once the server holds the trainer's starting weights (e.g. to start
     the rollout job); ``eval_task`` is what ``config.online_eval`` plays (the training
-    task); ``printer`` gets the progress table after every step.
+    task); ``printer`` gets the progress table after every step; ``starts_served``: the
+    server serves ``model``'s weights at its version now, so a fresh run pushes nothing first.
     """
     if config.online_eval is not None and eval_task is None:
         raise TrainerConfigError("online_eval needs the task to play: pass eval_task")
@@ -116,7 +120,9 @@ def train(
         step_log=step_log,
         on_ready=on_ready,
         printer=printer,
-        push_at_start=resumed is None or resumed.policy_version != server_version,
+        push_at_start=(
+            not starts_served if resumed is None else resumed.policy_version != server_version
+        ),
         background=background,
     )
     ledger_callback = CheckpointLedgerCallback(
@@ -148,6 +154,9 @@ def train(
             train_embeddings=config.train_embeddings,
             peft_config=config.lora.peft_config() if config.lora is not None else None,
             max_step_kl=config.max_step_kl,
+            series=lambda: step_series(
+                progress, ledger.dropped, online.points if online is not None else ()
+            ),
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed
                 *([online] if online is not None else []),

@@ -31,6 +31,16 @@ def succeeded(trajectory: Trajectory) -> bool:
     return trajectory.valid and trajectory.terminated and trajectory.reward > 0
 
 
+class EnvStep(BaseModel):
+    """One env's part of a step's batch (a mixture of envs has several)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trajectories: int
+    reward_mean: float
+    success_rate: float
+
+
 class StepRecord(BaseModel):
     """What one optimizer step consumed and cost (a line of ``steps.jsonl``)."""
 
@@ -52,6 +62,7 @@ class StepRecord(BaseModel):
     push_s: float = 0.0  # upload, apply and canary of the pushes that landed in the step
     push_wait_s: float = 0.0  # of sync_s: waiting for the previous background push
     alarms: dict[str, float] = {}  # the step's collapse metrics (trainer.alarms)
+    per_env: dict[str, EnvStep] = {}  # by the env each group played
 
 
 @dataclasses.dataclass
@@ -65,6 +76,8 @@ class _Batch:
     sync_s: float = 0.0
     push_s: float = 0.0
     push_wait_s: float = 0.0
+    env_rewards: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    env_successes: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class RunProgress:
@@ -93,6 +106,11 @@ class RunProgress:
         pulled_at = self.clock()
         batch = self._batch
         for group in groups:
+            env = group.env_id
+            batch.env_rewards.setdefault(env, []).extend(t.reward for t in group.trajectories)
+            batch.env_successes[env] = batch.env_successes.get(env, 0) + sum(
+                map(succeeded, group.trajectories)
+            )
             for trajectory in group.trajectories:
                 self.timeline.add_episode(trajectory, pulled_at)
                 batch.rewards.append(trajectory.reward)
@@ -156,6 +174,15 @@ class RunProgress:
             sync_s=batch.sync_s,
             push_s=batch.push_s,
             push_wait_s=batch.push_wait_s,
+            per_env={
+                env: EnvStep(
+                    trajectories=len(rewards),
+                    reward_mean=statistics.fmean(rewards),
+                    success_rate=batch.env_successes[env] / len(rewards),
+                )
+                for env, rewards in batch.env_rewards.items()
+                if rewards
+            },
         )
         self.steps.append(record)
         return record
@@ -171,6 +198,12 @@ class RunProgress:
         last = self.steps[-1] if self.steps else None
         elapsed = self.clock() - self.started_at
         lines = [_headline(last, total_steps, elapsed)]
+        if last is not None and len(last.per_env) > 1:  # a mixture: each env's part
+            lines.extend(
+                f"  {env:<28} reward {part.reward_mean:.2f}  success "
+                f"{100 * part.success_rate:.0f}%  ({part.trajectories} episodes)"
+                for env, part in sorted(last.per_env.items())
+            )
         lines.append(f"  {'stage':<12}{'busy':>9}{'waiting':>10}{'busy %':>8}")
         for stage, share in self.stage_shares().items():
             lines.append(

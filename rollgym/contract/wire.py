@@ -270,6 +270,25 @@ class SamplingSettings(_Input):
     max_tokens: int = Field(64, gt=0, le=MAX_TOKENS, description="per model turn")
 
 
+class MixedEnv(_Input):
+    """One more env of a job's mixture (``RolloutJob.mixture``)."""
+
+    env_id: EnvId
+    env_kwargs: EnvKwargs = Field(default_factory=dict)
+    max_turns: int | None = Field(
+        None, ge=1, le=10_000, description="default: the env's max_episode_steps"
+    )
+    weight: float = Field(1.0, gt=0, le=1e6, description="its share of the groups, relative")
+
+
+class CurriculumSettings(_Input):
+    """Play less the seeds whose last ``window`` groups were all solved or all failed
+    (rewards all equal): only with probability ``floor`` (``server.rollout.curriculum``)."""
+
+    window: int = Field(2, ge=1, le=64, description="recent groups of a seed looked at")
+    floor: float = Field(0.1, ge=0.0, le=1.0, description="the chance a held-back seed plays")
+
+
 class RolloutJob(RunShape, _Input):
     """What the sampler should run: groups of ``group_size`` episodes per task seed, in the
     run's shape (``rollgym.contract.shape``: the trainer's must be the same)."""
@@ -291,6 +310,37 @@ class RolloutJob(RunShape, _Input):
         1.0, ge=1.0, le=16.0, description="run this many times the groups needed"
     )
     drop_zero_variance: bool = Field(True, description="drop groups whose rewards are all equal")
+    weight: float = Field(
+        1.0, gt=0, le=1e6, description="env_id's share of the groups beside mixture's, relative"
+    )
+    mixture: list[MixedEnv] = Field(
+        default_factory=list,
+        max_length=64,
+        description="more envs in the same job: each group plays one env, drawn by weight "
+        "among env_id and these (on the same task seeds)",
+    )
+
+    curriculum: CurriculumSettings | None = Field(
+        None, description="play tasks that teach nothing less (needs a seed list); None: off"
+    )
+
+    @model_validator(mode="after")
+    def _curriculum_has_seeds(self) -> RolloutJob:
+        if self.curriculum is not None and self.seeds is None:
+            raise ValueError(
+                "curriculum needs a seed list (seeds): only tasks that come back can be played less"
+            )
+        return self
+
+    def parts(self) -> list[RolloutJob]:
+        """The job once per env of its mixture (``env_id``'s first), each with no mixture.
+
+        >>> job = RolloutJob(env_id="a", mixture=[MixedEnv(env_id="b", weight=3)])
+        >>> [(p.env_id, p.weight) for p in job.parts()]
+        [('a', 1.0), ('b', 3.0)]
+        """
+        alone = self.model_copy(update={"mixture": []})
+        return [alone] + [alone.model_copy(update=dict(part)) for part in self.mixture]
 
 
 class EvaluationRequest(_Input):

@@ -11,44 +11,58 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rollgym.contract import paths
+from rollgym.run.flags import USAGE, add_run_flags, flag_layer, layered
 from rollgym.run.presets import PRESETS
+from rollgym.trainer.config import Tracker
+from rollgym.trainer.errors import TrainerConfigError
 
 
 def add_training_commands(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
-        "run", help="the main job: a real RL run on the default model (resumable)"
+        "run",
+        help="the main job: a real RL run on the default model, or your env and model (resumable)",
+        description="Train a policy with GRPO against a rollout server it starts: warm start,\n"
+        "server, GRPO, held-out evaluation, report.png and summary.json, all under the run\n"
+        "dir. Interrupted, the same command resumes.",
+        epilog=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument(
+    add_run_flags(run)
+    setup = run.add_argument_group("config and run")
+    setup.add_argument(
         "--preset", choices=sorted(PRESETS), default="default", help="a named starting config"
     )
-    run.add_argument(
-        "--config", help="JSON file of rollgym.run.pipeline.RunConfig fields (over the preset)"
+    setup.add_argument(
+        "--config",
+        metavar="JSON",
+        help="a file of rollgym.run.pipeline.RunConfig fields, layered over the preset "
+        "(name only what you change)",
     )
-    run.add_argument(
-        "--run-dir", help=f"outputs and checkpoints (default {paths.runs_dir()}/<preset>)"
+    setup.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help=f"outputs and checkpoints (default {paths.runs_dir()}/<preset>, or "
+        "<env>-<model> for another env or model)",
     )
-    run.add_argument("--steps", type=int, help="GRPO optimizer steps (default: the preset's)")
-    run.add_argument(
-        "--max-staleness", type=int, help="0: synchronous; >= 1: asynchronous (default 1)"
+    setup.add_argument(
+        "--eval-episodes", type=int, metavar="N", help="held-out episodes per policy (0: skip)"
     )
-    run.add_argument("--eval-episodes", type=int, help="held-out episodes per policy (0: skip)")
-    run.add_argument(
-        "--seed",
+    setup.add_argument(
+        "--server",
+        metavar="URL",
+        help="train against this running server (token: $ROLLGYM_ADMIN_TOKEN)",
+    )
+    setup.add_argument(
+        "--servers",
         type=int,
-        help="every random source of training (demonstrations, GRPO, task seeds, sampling); "
-        "evaluation seeds stay fixed",
+        metavar="N",
+        help="rollout servers (default 1; more: a Ray cluster and router)",
     )
-    run.add_argument(
-        "--server", help="train against this running server (token: $ROLLGYM_ADMIN_TOKEN)"
-    )
-    run.add_argument(
-        "--servers", type=int, help="rollout servers (default 1; more: a Ray cluster and router)"
-    )
-    run.add_argument("--restart", action="store_true", help="delete the run dir and start over")
-    run.add_argument(
+    setup.add_argument("--restart", action="store_true", help="delete the run dir and start over")
+    setup.add_argument(
         "--no-doctor", action="store_true", help="skip rollgym doctor's checks before the run"
     )
     run.set_defaults(handler=_run)
@@ -63,34 +77,48 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--max-staleness", type=int)
     train.add_argument("--group-size", type=int)
     train.add_argument("--groups-per-batch", type=int)
+    train.add_argument(
+        "--report-to",
+        action="append",
+        choices=get_args(Tracker),
+        help="log the per-step series to this tracker too (tensorboard: <output_dir>/runs)",
+    )
+    train.add_argument(
+        "--wait-s",
+        type=float,
+        help="how long a step waits for trainable groups before the run gives up (default 600)",
+    )
     train.set_defaults(handler=_train)
 
 
 def run_config_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The layers of ``rollgym run``'s config, merged (see ``rollgym.run.presets``)."""
+    """The layers of ``rollgym run``'s config, merged (``rollgym.run.flags.layered``)."""
     import json
 
     from rollgym.run.pipeline import RunConfig
     from rollgym.run.presets import merged
 
-    defaults = json.loads(RunConfig().model_dump_json())
-    from_file = json.loads(Path(args.config).read_text()) if args.config else {}
-    flags: dict[str, Any] = {
-        "run_dir": args.run_dir,
-        "eval_episodes": args.eval_episodes,
-        "server_url": args.server,
-        "servers": args.servers,
-        "seed": args.seed,
-        "trainer": {"total_steps": args.steps, "max_staleness": args.max_staleness},
-    }
-    flags["trainer"] = {k: v for k, v in flags["trainer"].items() if v is not None}
-    flags = {k: v for k, v in flags.items() if v is not None and v != {}}
-    return merged(defaults, PRESETS[args.preset](), from_file, flags)
+    base = merged(json.loads(RunConfig().model_dump_json()), PRESETS[args.preset]())
+    from_file = _config_file(args.config) if args.config else {}
+    return layered(base, from_file, flag_layer(args))
+
+
+def _config_file(path: str) -> dict[str, Any]:
+    import json
+
+    try:
+        values = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TrainerConfigError(f"--config {path}: {exc}") from None
+    if not isinstance(values, dict):
+        raise TrainerConfigError(f"--config {path}: a JSON object of RunConfig fields, please")
+    return values
 
 
 def _run(args: argparse.Namespace) -> int:
     """The built-in default: warm start, server, GRPO, evaluation, report (resumable)."""
     import shutil
+    import sys
     import warnings
 
     # TRL warns at import that it was tested with older vLLM versions; the trainer never
@@ -105,11 +133,18 @@ def _run(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
-    config = parse_config(RunConfig, **run_config_values(args))
+    try:
+        config = parse_config(RunConfig, **run_config_values(args))
+    except TrainerConfigError as exc:
+        print(f"rollgym run: {exc}", file=sys.stderr)
+        return 2
     if args.restart:
         shutil.rmtree(config.run_dir, ignore_errors=True)
     try:
         report = run_default(config, doctor=not args.no_doctor)
+    except TrainerConfigError as exc:  # found once the run looks: no model, no env...
+        print(f"rollgym run: {exc}", file=sys.stderr)
+        return 2
     except DoctorFailed:  # its table is printed: what failed, and why
         print("rollgym run: a doctor check failed; fix it, or run with --no-doctor")
         return 1
@@ -121,34 +156,28 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    """GRPO against a rollout server that is already running (its job, or one we start)."""
+    """GRPO against a rollout server that is already running (``rollgym.run.train_command``)."""
     import json
     import os
     import sys
 
+    from rollgym.run.train_command import train_on_server
     from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import ClientConfig, TrainerConfig, parse_config
-    from rollgym.trainer.loop import train
 
     values = json.loads(Path(args.config).read_text()) if args.config else {}
     values["output_dir"] = args.output_dir
-    for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch"):
+    for key in ("total_steps", "max_staleness", "group_size", "groups_per_batch", "report_to"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
-    config = parse_config(TrainerConfig, **values)
+    if args.wait_s is not None:
+        values["stall_timeout_s"] = args.wait_s
+    try:
+        config = parse_config(TrainerConfig, **values)
+    except TrainerConfigError as exc:
+        print(f"rollgym train: {exc}", file=sys.stderr)
+        return 2
     token = args.token or os.environ.get("ROLLGYM_ADMIN_TOKEN")
     client_config = parse_config(ClientConfig, url=args.server, admin_token=token)
     with ServerClient(client_config) as client:
-        status = client.rollouts()  # the server's job, if one runs, must have our shape
-        job = status.job if status.running else None
-        if job is not None and (differences := config.differences(job)):
-            print(
-                f"rollgym train: the server's rollout job has another shape "
-                f"({'; '.join(differences)}): train with the job's shape (--group-size, "
-                "--groups-per-batch, --max-staleness) or stop the job",
-                file=sys.stderr,
-            )
-            return 2
-        result = train(config, client, Path(args.model))
-    print(f"trained {result.steps} steps; the server is at policy version {result.policy_version}")
-    return 0
+        return train_on_server(config, client, Path(args.model))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -35,9 +34,11 @@ from rollgym.contract.wire import RolloutJob, SamplingSettings
 from rollgym.models.catalog import tool_parser_for
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process
-from rollgym.run.demos import GUESS_ID, GUESS_RULES, ComputeDemos, GuessDemos
+from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
+from rollgym.run.summary import write_summary
+from rollgym.run.task import TaskConfig
 from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
@@ -49,40 +50,14 @@ from rollgym.trainer.config import (
     TrainerConfig,
 )
 from rollgym.trainer.errors import TrainerConfigError
-from rollgym.trainer.evaluate import SuccessRate, evaluate_weights, held_out_seeds
+from rollgym.trainer.evaluate import (
+    SuccessRate,
+    evaluate_server,
+    evaluate_weights,
+    held_out_seeds,
+)
 from rollgym.trainer.loop import TrainResult, train
 from rollgym.trainer.online_eval import EvalTask
-
-
-class TaskConfig(BaseModel):
-    """What the rollout job samples: the environment, its difficulty, sampling."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    env_id: str = GUESS_ID
-    env_kwargs: dict[str, Any] = Field(default_factory=lambda: {"low": 1, "high": 8, **GUESS_RULES})
-    max_turns: int = Field(3, ge=1)
-    max_tokens: int = Field(8, ge=1, description="per model turn")
-    temperature: float = Field(1.0, gt=0)
-    sandboxes: int = Field(
-        0,
-        ge=0,
-        description="the server's warm pool of boxes for sandboxed envs (0: none); an "
-        "episode holds one from its reset to its end",
-    )
-    max_boxes: int = Field(
-        0,
-        ge=0,
-        description="for envs whose tasks bring their own images (harbor/...): the cap on "
-        "boxes of all images at once, warm per image (0: the default image only)",
-    )
-
-    def sandbox_settings(self) -> dict[str, str]:
-        """The server settings (environment variables) of the boxes the task needs."""
-        return {
-            "ROLLGYM_SANDBOXES__POOL_SIZE": str(self.sandboxes),
-            "ROLLGYM_SANDBOXES__MAX_BOXES": str(self.max_boxes),
-        }
 
 
 def _default_trainer() -> TrainerConfig:
@@ -232,7 +207,10 @@ class RunConfig(BaseModel):
                     f"the task with {task.env_kwargs}: they must be the same game"
                 )
             if task.max_turns != demos.max_turns:
-                raise ValueError("warmstart.demos.max_turns must equal task.max_turns")
+                raise ValueError(
+                    "warmstart.demos.max_turns must equal task.max_turns: set both (in "
+                    "--config), or run without the warm start (--no-warm-start)"
+                )
         elif demos.env_kwargs is not None and demos.env_kwargs != task.env_kwargs:
             raise ValueError(
                 f"warmstart.demos.env_kwargs {demos.env_kwargs} differ from the task's "
@@ -264,11 +242,18 @@ class RunConfig(BaseModel):
             max_turns=self.task.max_turns,
             sampling=self.sampling(),
             seeds=self._training_seeds(),
+            weight=self.task.weight,
+            mixture=self.task.mixture,
+            curriculum=self.task.curriculum,
         )
 
     def _training_seeds(self) -> list[int] | None:
         """Task seeds 0, 1, 2, ... by default; with ``seed`` N a block of its own, far
-        below the held-out seeds (``held_out_seeds``) and cycled if the run needs more."""
+        below the held-out seeds (``held_out_seeds``) and cycled if the run needs more;
+        with ``task.seed_pool`` P the first P of that block, cycled."""
+        if self.task.seed_pool is not None:  # a fixed pool, cycled: tasks come back
+            start = (self.seed or 0) * 100_000
+            return list(range(start, start + self.task.seed_pool))
         if not self.seed:
             return None
         count = 2 * self.trainer.total_steps * self.trainer.groups_per_batch
@@ -290,6 +275,7 @@ class RunReport:
     summary_json: Path
     alarm_crossings: list[tuple[int, str, float]]  # (step, metric, value)
     best: SuccessRate | None = None  # the best online point's weights, held out
+    per_env: dict[str, SuccessRate] = dataclasses.field(default_factory=dict)  # RL, held out
 
 
 def run_default(
@@ -337,13 +323,17 @@ def run_default(
         )
         client.stop_rollouts()
         warm_rate = final_rate = best_rate = None
+        per_env: dict[str, SuccessRate] = {}
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
-            warm_rate = _evaluate(client, config, warm_dir)
-            final_rate = _evaluate(client, config, final_weights(config))
+            warm_rate = _evaluate(client, config, warm_dir, printer)
+            final_rate = _evaluate(client, config, final_weights(config), printer)
             printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
+            per_env = {config.task.env_id: final_rate, **_evaluate_mixture(client, config, printer)}
+            for env, env_rate in list(per_env.items())[1:]:
+                printer(f"  after RL on {env}: {env_rate}")
             if result.best_dir is not None:
-                best_rate = _evaluate(client, config, result.best_dir)
+                best_rate = _evaluate(client, config, result.best_dir, printer)
                 printer(f"  best (online evaluation): {best_rate}")
     printer("[5/5] report")
     crossings = alarm_crossings(result.records, config.trainer.alarms)
@@ -357,8 +347,9 @@ def run_default(
         summary_json=config.run_dir / "summary.json",
         alarm_crossings=crossings,
         best=best_rate,
+        per_env=per_env,
     )
-    _write_summary(report, config)
+    write_summary(report, config)
     return report
 
 
@@ -441,7 +432,31 @@ def final_weights(config: RunConfig) -> Path:
     return checkpoint
 
 
-def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> SuccessRate:
+def _evaluate_mixture(
+    client: ServerClient, config: RunConfig, printer: Callable[[str], object]
+) -> dict[str, SuccessRate]:
+    """The served policy (the final weights) on each env mixed in beside ``env_id``."""
+    rates = {}
+    for part in config.task.mixture:
+        env_kwargs: dict[str, object] = dict(part.env_kwargs)
+        rates[part.env_id] = evaluate_server(
+            client,
+            env_id=part.env_id,
+            env_kwargs=env_kwargs,
+            seeds=held_out_seeds(config.eval_episodes),
+            max_turns=part.max_turns,
+            sampling=config.sampling(),
+            progress=printer,
+        ).per_sample
+    return rates
+
+
+def _evaluate(
+    client: ServerClient,
+    config: RunConfig,
+    model_dir: Path,
+    printer: Callable[[str], object] | None = None,
+) -> SuccessRate:
     return evaluate_weights(
         client,
         model_dir,
@@ -450,43 +465,5 @@ def _evaluate(client: ServerClient, config: RunConfig, model_dir: Path) -> Succe
         seeds=held_out_seeds(config.eval_episodes),
         max_turns=config.task.max_turns,
         sampling=config.sampling(),
+        progress=printer,
     )
-
-
-def _write_summary(report: RunReport, config: RunConfig) -> None:
-    def rate(value: SuccessRate | None) -> dict[str, float] | None:
-        return None if value is None else {**dataclasses.asdict(value), "rate": value.rate}
-
-    summary = {
-        "wall_s": report.wall_s,
-        "steps": report.train.steps,
-        "policy_version": report.train.policy_version,
-        "groups_trained": report.train.groups_trained,
-        "dropped": report.train.dropped.model_dump(),
-        "stage_shares": report.train.stage_shares,
-        "turn_latency_s": {
-            name: dict(zip(("p50", "p90", "p99"), cuts, strict=True))
-            for name, cuts in report.train.turn_latency.items()
-        },
-        "success_rate": {
-            "warm_start": rate(report.warm_start),
-            "rl": rate(report.final),
-            "best": rate(report.best),
-        },
-        "online_eval": [
-            {**point.model_dump(), "rate": point.rate} for point in report.train.online_eval
-        ],
-        "rollbacks": sum(point.rolled_back for point in report.train.online_eval),
-        "shortened_steps": report.train.shortened_steps,
-        "undone_steps": report.train.undone_steps,
-        "alarms": {
-            "bounds": config.trainer.alarms.model_dump(),
-            "crossings": [
-                {"step": step, "metric": metric, "value": value}
-                for step, metric, value in report.alarm_crossings
-            ],
-            "per_step": [{"step": r.step, **r.alarms} for r in report.train.records],
-        },
-        "config": json.loads(config.model_dump_json()),
-    }
-    report.summary_json.write_text(json.dumps(summary, indent=2))

@@ -1,7 +1,7 @@
 """The end-of-run PNG: the reward curve and where the time went.
 
 Left: mean episode reward and success rate per optimizer step (a moving average over the
-noise), the online evaluations with their intervals (a guard's rollbacks as red dotted
+noise; a mixture's success per env dotted), the online evaluations with their intervals (a guard's rollbacks as red dotted
 lines), and the held-out success rates of the warm start and the RL policy if measured.
 Middle: the collapse alarms per step (KL behaviour||trainer, entropy, grad norm, clip
 ratio, the trust region's step KL), with a mark where a metric crossed its bound and a
@@ -53,6 +53,9 @@ def write_report_png(
     )
     success = [r.success_rate for r in result.records]
     curve.plot(steps, moving_average(success, window), label="success rate (training)")
+    for env, (env_steps, env_success) in env_success_curves(result).items():
+        label = f"success: {env}"
+        curve.plot(env_steps, moving_average(env_success, window), ls=":", lw=1, label=label)
     for rate, label, color in ((warm_start, "warm start", "C3"), (final, "after RL", "C2")):
         if rate is not None:
             curve.axhline(rate.rate, ls="--", color=color, label=f"{label} (held out): {rate}")
@@ -86,6 +89,21 @@ def write_report_png(
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def env_success_curves(result: TrainResult) -> dict[str, tuple[list[int], list[float]]]:
+    """A mixture's success rate per env: env -> (steps, rates) at the steps it played
+    (empty for a run of one env, whose curve is the batch's)."""
+    envs = sorted({env for record in result.records for env in record.per_env})
+    if len(envs) < 2:
+        return {}
+    return {
+        env: (
+            [r.step for r in result.records if env in r.per_env],
+            [r.per_env[env].success_rate for r in result.records if env in r.per_env],
+        )
+        for env in envs
+    }
 
 
 def turn_note(result: TrainResult) -> str:

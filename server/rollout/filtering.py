@@ -39,10 +39,13 @@ class GroupFilter:
         """The fate of a group whose *valid* trajectories earned ``rewards``."""
         if len(rewards) < min(2, self.group_size):
             return Verdict.TOO_FEW_VALID
-        flat = len(rewards) > 1 and max(rewards) - min(rewards) <= self.tolerance
-        if self.drop_zero_variance and flat:
+        if self.drop_zero_variance and self.flat(rewards):
             return Verdict.ZERO_VARIANCE
         return Verdict.KEEP
+
+    def flat(self, rewards: Sequence[float]) -> bool:
+        """Whether ``rewards`` (two or more) are all equal: every sample solved, or none."""
+        return len(rewards) > 1 and max(rewards) - min(rewards) <= self.tolerance
 
     def split(
         self, trajectories: Sequence[Trajectory]

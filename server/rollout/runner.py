@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import statistics
@@ -34,12 +35,14 @@ from rollgym.server.config import RunnerConfig
 from rollgym.server.errors import BadRequest, ServerError
 from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
+from rollgym.server.rollout.curriculum import Curriculum
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict
 from rollgym.server.rollout.ordering import SeedSchedule
 
 logger = logging.getLogger(__name__)
 _IDLE_POLL_S = 0.25  # re-check the window this often while it is full (pulls free room)
+_CURRICULUM_TRIES = 64  # seeds a curriculum may pass over for one group before taking one
 
 
 class _Counts:
@@ -79,6 +82,7 @@ class RolloutRunner:
         self._wake = asyncio.Event()
         self._episodes_running = 0
         self._counts = _Counts()
+        self._curriculum: Curriculum | None = None
         self._error: str | None = None
         self._warnings: list[str] = []
         self._window = window or SharedWindow(
@@ -88,9 +92,10 @@ class RolloutRunner:
 
     # --- control --------------------------------------------------------------------------
 
-    async def start(self, job: RolloutJob) -> RolloutStatus:
+    async def start(self, job: RolloutJob, *, resumed: bool = False) -> RolloutStatus:
         """Run ``job`` once it is checked (after stopping the current one, whose running
-        groups are dropped); a job that cannot work is refused and the current one runs on."""
+        groups are dropped); a job that cannot work is refused and the current one runs on.
+        ``resumed``: the persisted job after a restart (its curriculum's memory comes back)."""
         warnings = await self._check(job)
         await self._halt()
         self._job = job
@@ -101,6 +106,13 @@ class RolloutRunner:
             await asyncio.to_thread(write_atomic, self._job_path, job.model_dump_json().encode())
         self._window.job = AdmissionGate(job.max_staleness, job.groups_per_batch, job.oversample)
         schedule = SeedSchedule(job.seeds, job.order, self._rng)
+        settings = job.curriculum
+        self._curriculum = (
+            None
+            if settings is None
+            else Curriculum(window=settings.window, floor=settings.floor, rng=self._rng)
+        )
+        await self._load_curriculum(resumed)
         keep = GroupFilter(job.group_size, job.drop_zero_variance)
         self._loop_task = asyncio.create_task(self._admit(job, schedule, keep))
         self._loop_task.add_done_callback(self._stopped)
@@ -114,14 +126,19 @@ class RolloutRunner:
                 "episodes the server runs at once (runner.max_concurrent_episodes)"
             )
         first_seed = job.seeds[0] if job.seeds else 0
-        budget = await self._episodes.probe(EpisodeSpec.of(job, first_seed))
-        if budget.verdict == "cannot_fit":
-            raise BadRequest(f"no episode of this job can fit the context: {budget.explain()}")
-        if budget.verdict == "may_overflow":
-            warning = f"episodes may be cut by the context: {budget.explain()}"
-            logger.warning("rollout job on %s: %s", job.env_id, warning)
-            return [warning]
-        return []
+        warnings = []
+        for part in job.parts():  # every env of a mixture
+            budget = await self._episodes.probe(EpisodeSpec.of(part, first_seed))
+            where = f" ({part.env_id})" if job.mixture else ""
+            if budget.verdict == "cannot_fit":
+                raise BadRequest(
+                    f"no episode of this job{where} can fit the context: {budget.explain()}"
+                )
+            if budget.verdict == "may_overflow":
+                warning = f"episodes{where} may be cut by the context: {budget.explain()}"
+                logger.warning("rollout job on %s: %s", part.env_id, warning)
+                warnings.append(warning)
+        return warnings
 
     async def resume(self) -> None:
         """Start the job a previous run of the server persisted, if there is one."""
@@ -129,7 +146,7 @@ class RolloutRunner:
             return
         try:
             job = RolloutJob.model_validate_json(self._job_path.read_bytes())
-            await self.start(job)
+            await self.start(job, resumed=True)
         except (ValidationError, ServerError) as exc:
             logger.error("the persisted rollout job cannot resume (%s); it is dropped", exc)
             self._job_path.unlink(missing_ok=True)
@@ -181,19 +198,53 @@ class RolloutRunner:
     # --- the loop -------------------------------------------------------------------------
 
     async def _admit(self, job: RolloutJob, schedule: SeedSchedule, keep: GroupFilter) -> None:
+        """Start groups while the window has room; a mixture's env drawn by weight per group."""
+        parts = job.parts()
+        weights = [part.weight for part in parts]
         max_groups = max(self._config.max_concurrent_episodes // job.group_size, 1)
         while self._error is None:
             in_flight = len(self._groups)
             room = min(self._window.room(), max_groups - in_flight)
             for _ in range(room):
-                seed = schedule.next()
-                task = asyncio.create_task(self._group(job, seed, schedule, keep))
+                seed = self._next_seed(schedule)
+                part = parts[0] if len(parts) == 1 else self._rng.choices(parts, weights)[0]
+                task = asyncio.create_task(self._group(part, seed, schedule, keep))
                 self._groups.add(task)
                 task.add_done_callback(self._group_done)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_IDLE_POLL_S):  # not wait_for: it can eat a cancel
                     await self._wake.wait()
+
+    @property
+    def _curriculum_path(self) -> Path | None:
+        return None if self._job_path is None else self._job_path.with_name("curriculum.json")
+
+    async def _load_curriculum(self, resumed: bool) -> None:
+        """A resumed job's curriculum memory back; a new job's starts empty."""
+        path = self._curriculum_path
+        if path is None:
+            return
+        if resumed and self._curriculum is not None and path.is_file():
+            self._curriculum.restore(json.loads(await asyncio.to_thread(path.read_bytes)))
+        elif not resumed:
+            path.unlink(missing_ok=True)
+
+    async def _save_curriculum(self) -> None:
+        if self._curriculum is not None and (path := self._curriculum_path) is not None:
+            state = json.dumps(self._curriculum.state()).encode()
+            await asyncio.to_thread(write_atomic, path, state)
+
+    def _next_seed(self, schedule: SeedSchedule) -> int:
+        """The schedule's next seed the curriculum admits (any, after a pass of refusals)."""
+        seed = schedule.next()
+        if self._curriculum is None:
+            return seed
+        for _ in range(_CURRICULUM_TRIES):
+            if self._curriculum.admits(seed):
+                break
+            seed = schedule.next()
+        return seed
 
     def _stopped(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (error := task.exception()) is not None:
@@ -245,6 +296,9 @@ class RolloutRunner:
             self._counts.invalid_trajectories += 1
             self._metrics.invalid.inc()
         verdict = keep.verdict([t.reward for t in valid])
+        if self._curriculum is not None and spec.task_seed is not None and len(valid) >= 2:
+            self._curriculum.observe(spec.task_seed, flat=keep.flat([t.reward for t in valid]))
+            await self._save_curriculum()
         if verdict is Verdict.KEEP:
             group = TrajectoryGroup(
                 group_id=spec.group_id,

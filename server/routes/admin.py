@@ -84,7 +84,8 @@ async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateRe
 
 @declared(router, api.ROLLOUTS_START)
 async def start_rollouts(body: RolloutJob, services: ServicesDep) -> RolloutStatus:
-    check_request(services.settings.env_access, body.env_id, body.env_kwargs, lane="admin")
+    for part in body.parts():  # every env of a mixture is checked, not just the first
+        check_request(services.settings.env_access, part.env_id, part.env_kwargs, lane="admin")
     return await services.runner.start(body)
 
 

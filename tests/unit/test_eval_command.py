@@ -68,6 +68,26 @@ def test_an_evaluation_counts_infrastructure_failures_and_never_reruns_them() ->
     assert server.job is None and not server.handed_out  # no rollout job, no buffer
 
 
+def test_with_progress_the_seeds_go_in_parts_each_followed_by_a_counted_line() -> None:
+    server = FakeServer(producer=None)
+    server.evaluated = {seed: group(seed, [float(seed % 2)]) for seed in range(130)}
+    lines: list[str] = []
+    with server.client() as client:
+        evaluation = evaluate_server(
+            client, env_id="e", env_kwargs={}, seeds=range(130), max_turns=1,
+            sampling=SamplingSettings(), progress=lines.append,
+        )  # fmt: skip
+    assert [len(r.seeds) for r in server.evaluations] == [64, 64, 2]
+    assert [r.seeds[0] for r in server.evaluations] == [0, 64, 128]
+    assert [line.split(",")[0] for line in lines] == [
+        "  evaluated 64/130 episodes",
+        "  evaluated 128/130 episodes",
+        "  evaluated 130/130 episodes",
+    ]
+    assert lines[-1].endswith("about 0m00s left")
+    assert (evaluation.per_sample.successes, evaluation.per_sample.episodes) == (65, 130)
+
+
 def _model_dir(tmp_path: Path) -> Path:
     """Enough of a model directory for the checks before an engine starts."""
     model = tmp_path / "model"

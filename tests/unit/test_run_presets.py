@@ -105,7 +105,10 @@ def test_the_built_in_run_is_guess_number_with_no_box() -> None:
 @pytest.mark.parametrize(
     ("layer", "message"),
     [
-        ({"task": {"env_id": "rollgym/Compute-v0", "env_kwargs": {}}}, "demonstrations play"),
+        (  # a warm start the file names, on its default (GuessNumber) demonstrations
+            {"task": {"env_id": "rollgym/Compute-v0"}, "warmstart": {"epochs": 1.0}},
+            "demonstrations play",
+        ),
         (
             {
                 "task": {"env_id": "rollgym/Compute-v0", "env_kwargs": {"digits": 5}},

@@ -8,7 +8,13 @@ import random
 import pytest
 from server_fakes import SCRIPTED, ScriptedEnvs, guessing_script, wait_for
 
-from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
+from rollgym.contract.wire import (
+    CurriculumSettings,
+    MixedEnv,
+    PullRequest,
+    RolloutJob,
+    SamplingSettings,
+)
 from rollgym.engine.fake import FakeEngine, fake_logprob
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig, RunnerConfig
@@ -251,3 +257,96 @@ async def test_a_broken_server_invariant_stops_the_job_loudly(codec, buffer) -> 
     await wait_for(lambda: not sampler.status().running)
     assert "closed" in (sampler.status().error or "")
     await sampler.stop()
+
+
+async def test_a_mixture_draws_each_groups_env_by_weight(codec, buffer) -> None:
+    """Groups of a two-env job play one env each, both envs appear, and each group is
+    labelled with the env it played (the trainer splits its numbers by that label)."""
+    rng = random.Random(0)
+    envs = ScriptedEnvs(turns=1, reward_of=lambda seed, action: rng.random())
+    sampler, _ = runner(codec, FakeEngine(answer(codec, "3")), envs, buffer)
+    job = RolloutJob(
+        env_id=SCRIPTED,
+        group_size=2,
+        groups_per_batch=16,
+        max_staleness=0,
+        weight=2.0,
+        mixture=[MixedEnv(env_id=GUESS, env_kwargs={"low": 1, "high": 4}, weight=2.0)],
+        drop_zero_variance=False,  # the fake engine's same guess scores a group alike
+    )
+    await sampler.start(job)
+    await wait_for(lambda: buffer.depth.ready >= 16)
+    await sampler.stop()
+    response, _ = await buffer.pull(
+        PullRequest(trainer_version=0, max_staleness=0, num_groups=16), 0
+    )
+    played = {g.env_id for g in response.groups}
+    assert played == {SCRIPTED, GUESS}
+    for group in response.groups:
+        assert {t.env_id for t in group.trajectories} == {group.env_id}
+
+
+@pytest.mark.parametrize("curriculum", [CurriculumSettings(window=1, floor=0.0), None])
+async def test_a_curriculum_plays_a_task_that_teaches_nothing_less(
+    codec, buffer, curriculum: CurriculumSettings | None
+) -> None:
+    """Seed 1 scores every sample alike (a flat group: nothing to learn), seed 2 does not.
+    With the curriculum (floor 0) seed 1 is played once, then held back; without it, it
+    comes back once per pass over the two seeds. One group runs at a time, so each
+    finishes before the next seed is chosen."""
+    counter = iter(range(1_000_000))
+
+    def reward(seed: int, action: str) -> float:
+        return 0.0 if seed == 1 else float(next(counter) % 2)
+
+    envs = ScriptedEnvs(turns=1, reward_of=reward)
+    engine = FakeEngine(answer(codec, "3"))
+    sampler, _ = runner(codec, engine, envs, buffer, max_concurrent_episodes=2)
+    job = RolloutJob(
+        env_id=SCRIPTED, group_size=2, groups_per_batch=8, max_staleness=0,
+        seeds=[1, 2], curriculum=curriculum,
+    )  # fmt: skip
+    await sampler.start(job)
+    await wait_for(lambda: sampler.status().completed_groups >= 8)
+    status = await sampler.stop()
+    flat, kept = status.dropped_zero_variance, status.completed_groups
+    if curriculum is not None:
+        assert (flat, kept) == (1, 8)  # played once, then held back
+    else:
+        assert flat >= kept - 1  # half the groups
+
+
+async def test_a_resumed_job_keeps_its_curriculums_memory(codec, buffer, tmp_path) -> None:
+    """A server restart resumes the persisted job with what the curriculum had learnt:
+    seed 1 (flat) stays held back instead of being played once more."""
+    counter = iter(range(1_000_000))
+    envs = ScriptedEnvs(
+        turns=1, reward_of=lambda seed, action: 0.0 if seed == 1 else float(next(counter) % 2)
+    )
+
+    def restarted() -> RolloutRunner:
+        episodes = EpisodeRunner(FakeEngine(answer(codec, "3")), codec, envs, max_model_len=512)
+        config = RunnerConfig(max_concurrent_episodes=2)
+        job_path = tmp_path / "job.json"
+        return RolloutRunner(episodes, buffer, ServerMetrics(), config, job_path=job_path, seed=0)
+
+    first = restarted()
+    job = RolloutJob(
+        env_id=SCRIPTED, group_size=2, groups_per_batch=8, max_staleness=0, seeds=[1, 2],
+        curriculum=CurriculumSettings(window=1, floor=0.0),
+    )  # fmt: skip
+    await first.start(job)
+    await wait_for(lambda: first.status().completed_groups >= 3)
+    assert first.status().dropped_zero_variance == 1
+    await first.close()  # the job stays persisted
+
+    second = restarted()
+    await second.resume()
+    await wait_for(lambda: second.status().completed_groups >= 3)
+    await second.stop()
+    assert second.status().dropped_zero_variance == 0  # seed 1 not played again
+
+
+def test_a_curriculum_needs_a_seed_list() -> None:
+    with pytest.raises(ValueError, match="curriculum needs a seed list"):
+        RolloutJob(env_id=SCRIPTED, curriculum=CurriculumSettings())

@@ -60,14 +60,17 @@ def test_rollgym_train_refuses_a_server_job_of_another_shape(
     from trainer_fakes import FakeServer
 
     from rollgym import cli
-    from rollgym.trainer import client, loop
+    from rollgym.run import train_command
+    from rollgym.trainer import client
 
     fake = FakeServer()
     if job is not None:
         fake.job = RolloutJob(env_id="rollgym/GuessNumber-v0", **job)
     monkeypatch.setattr(client, "ServerClient", lambda config: fake.client())
-    trained = SimpleNamespace(steps=0, policy_version=0)
-    monkeypatch.setattr(loop, "train", lambda *args: pytest.fail("trained") if refused else trained)
+    trained = SimpleNamespace(steps=1, policy_version=1)
+    monkeypatch.setattr(
+        train_command, "train", lambda *a, **kw: pytest.fail("trained") if refused else trained
+    )
     monkeypatch.setenv("ROLLGYM_ADMIN_TOKEN", "t")
     args = ["train", "--server", "http://fake", "--model", "m", "--output-dir", str(tmp_path)]
     if refused:

@@ -39,6 +39,7 @@ from rollgym.contract.wire import (
     ErrorCode,
     EvaluationRequest,
     EvaluationResult,
+    PolicyInfo,
     PullRequest,
     PullResponse,
     RolloutJob,
@@ -132,8 +133,11 @@ class FakeServer:
         version: int = 0,
         producer: Producer | str | None = "random",
         dashboard: bool = True,
+        model: str = "served-model",
     ) -> None:
-        """``producer=None``: pulls hand out only what ``add`` put in (no sampling)."""
+        """``producer=None``: pulls hand out only what ``add`` put in (no sampling);
+        ``model``: the name ``/v1/policy`` answers (the real server's: its model dir's)."""
+        self.model = model
         rng = self._rng = random.Random(0)
         self.version = version
         if producer == "random":
@@ -215,6 +219,10 @@ class FakeServer:
         @app.get("/health")
         def health() -> dict[str, object]:
             return {"status": "ok", "policy_version": self.version}
+
+        @app.get("/v1/policy")
+        def policy() -> PolicyInfo:
+            return PolicyInfo(policy_version=self.version, model=self.model, updating=False)
 
         @app.post("/admin/weights")
         async def weights(

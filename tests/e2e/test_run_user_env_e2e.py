@@ -1,0 +1,98 @@
+"""``rollgym run --env <a user's env> --env <another> --report-to tensorboard``: the one
+command line of issue 39, end to end on the real server and the default model.
+
+The env is a user's module on ``PYTHONPATH`` (registered by importing it, reached as
+``"module:id"``): nothing in rollgym names it. Its reward is the parity of the answer's
+length, so a group's rewards differ even for an untrained model and GRPO has steps to take.
+GuessNumber is mixed in, so the real runner draws groups of both and each is evaluated
+apart. The series are read back from TensorBoard's own store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_ENV = '''
+import string
+
+import gymnasium
+from gymnasium import spaces
+
+
+class ParityEnv(gymnasium.Env):
+    """Say something; 1.0 when it has an even number of characters."""
+
+    def __init__(self):
+        self.observation_space = spaces.Text(max_length=200, charset=string.printable)
+        self.action_space = spaces.Text(max_length=200, charset=string.printable)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "Say a few letters.", {"task_id": "parity"}
+
+    def step(self, action):
+        return "Done.", float(len(action.strip()) % 2 == 0), True, False, {}
+
+
+gymnasium.register("user/Parity-v0", entry_point="parity_env:ParityEnv", max_episode_steps=1)
+'''
+ENV_ID = "parity_env:user/Parity-v0"
+MIXED = "rollgym/GuessNumber-v0"
+STEPS = 2
+
+
+def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> None:
+    site = tmp_path / "user_site"
+    site.mkdir()
+    (site / "parity_env.py").write_text(USER_ENV)
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "rollgym.cli", "run", "--env", f"{ENV_ID}@3", "--env", MIXED, "--steps", str(STEPS),
+        "--group-size", "4", "--groups-per-batch", "2", "--max-tokens", "6",
+        "--eval-episodes", "4", "--run-dir", str(run_dir), "--report-to", "tensorboard",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    done = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "warm start: none" in done.stdout  # the built-in game's demonstrations left out
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == STEPS
+    assert summary["config"]["task"]["env_id"] == ENV_ID
+    assert summary["config"]["task"]["env_kwargs"] == {}
+    assert summary["success_rate"]["rl"]["episodes"] == 4
+    assert summary["config"]["task"]["mixture"][0]["env_id"] == MIXED
+    per_env = summary["per_env"]
+    assert per_env[ENV_ID]["trained_episodes"] > 0  # GuessNumber's groups may all be dropped
+    for env in (ENV_ID, MIXED):  # zero-variance by an untrained model; both are evaluated
+        assert per_env[env]["held_out_rl"]["episodes"] == 4
+
+    (tb_run,) = (run_dir / "grpo" / "runs").iterdir()
+    events = EventAccumulator(str(tb_run))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("train/loss", "train/rollgym/reward_mean", "train/rollgym/latency/model_p50"):
+        assert tag in tags, sorted(tags)
+        assert [e.step for e in events.Scalars(tag)] == list(range(1, STEPS + 1))
+    # each env's series at the steps whose batch held its groups: together, every step
+    env_steps = {
+        e.step
+        for env in (ENV_ID, MIXED)
+        if (tag := f"train/rollgym/env/{env}/reward_mean") in tags
+        for e in events.Scalars(tag)
+    }
+    assert f"train/rollgym/env/{ENV_ID}/reward_mean" in tags
+    assert env_steps == set(range(1, STEPS + 1))
+    rewards = [e.value for e in events.Scalars("train/rollgym/reward_mean")]
+    steps = [json.loads(line) for line in (run_dir / "grpo" / "steps.jsonl").open()]
+    assert rewards == pytest.approx([step["reward_mean"] for step in steps])

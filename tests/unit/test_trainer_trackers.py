@@ -1,0 +1,125 @@
+"""Experiment tracking through TRL's ``report_to``: rollgym's series beside TRL's metrics,
+read back from the tracker's own local store (TensorBoard's ``EventAccumulator``).
+
+Real twin: tests/e2e/test_run_user_env_e2e.py (``rollgym run --report-to tensorboard`` on the
+real server).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from trainer_fakes import FakeServer, make_trajectory
+
+from rollgym.contract.wire import SamplingSettings, TrajectoryGroup
+from rollgym.trainer.checkpoint import DropCounts
+from rollgym.trainer.config import OnlineEvalConfig, TrainerConfig, parse_config
+from rollgym.trainer.errors import TrainerConfigError
+from rollgym.trainer.loop import train
+from rollgym.trainer.online_eval import EvalTask
+from rollgym.trainer.progress import RunProgress
+from rollgym.trainer.series import step_series
+
+
+def scalars(output_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series TensorBoard finds under ``output_dir/runs``: tag -> (step, value)."""
+    (run,) = (output_dir / "runs").iterdir()
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_model_dir) -> None:
+    fake = FakeServer()
+    config = TrainerConfig(
+        output_dir=tmp_path / "run",
+        group_size=4,
+        groups_per_batch=2,
+        total_steps=2,
+        pull_timeout_s=0.1,
+        online_eval=OnlineEvalConfig(every=2, episodes=4),
+        report_to=["tensorboard"],
+    )
+    task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
+    result = train(config, fake.client(), default_model_dir, eval_task=task, printer=None)
+
+    series = scalars(config.output_dir)
+    assert [step for step, _ in series["train/loss"]] == [1, 2]  # TRL's own
+    rewards = [value for _, value in series["train/rollgym/reward_mean"]]
+    assert rewards == pytest.approx([r.reward_mean for r in result.records])
+    lags = [value for _, value in series["train/rollgym/version_lag_max"]]
+    assert lags == [float(r.version_lag_max) for r in result.records]
+    for tag in (
+        "train/rollgym/stage/sampling/busy_s",
+        "train/rollgym/stage/training/waiting_s",
+        "train/rollgym/dropped/stale_server",
+        "train/rollgym/latency/model_p90",
+        "train/rollgym/latency/environment_p99",
+    ):
+        assert [step for step, _ in series[tag]] == [1, 2], tag
+    (point,) = result.online_eval
+    assert series["train/rollgym/online_eval/success_rate"] == [(2, pytest.approx(point.rate))]
+
+
+def test_off_by_default_nothing_is_written(tmp_path, default_model_dir) -> None:
+    config = TrainerConfig(
+        output_dir=tmp_path / "run", group_size=4, groups_per_batch=1, total_steps=1
+    )
+    assert config.report_to == []
+    train(config, FakeServer().client(), default_model_dir, printer=None)
+    assert not (config.output_dir / "runs").exists()
+
+
+def test_a_tracker_that_is_not_installed_is_named(tmp_path, monkeypatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "tensorboard" else real(name)
+    )
+    with pytest.raises(TrainerConfigError, match=r"tensorboard is not installed: pip install"):
+        parse_config(TrainerConfig, output_dir=tmp_path, report_to=["tensorboard"])
+
+
+def _group(version: int, rewards: list[float]) -> TrajectoryGroup:
+    trajectories = [
+        make_trajectory(group_id="g", version=version, first_turn=[5], reward=reward)
+        for reward in rewards
+    ]
+    return TrajectoryGroup(group_id="g", env_id="fake", trajectories=trajectories)
+
+
+def test_step_series_names_the_closed_steps_numbers() -> None:
+    clock = iter(float(t) for t in range(100))
+    progress = RunProgress(clock=lambda: next(clock))
+    assert step_series(progress, DropCounts()) == {}
+    progress.on_groups([_group(3, [1.0, 0.0])], trainer_version=5)
+    progress.end_step(step=1, policy_version=5, dropped_total=4)
+    series = step_series(progress, DropCounts(stale_trainer=4))
+    assert series["rollgym/reward_mean"] == 0.5
+    assert series["rollgym/version_lag_max"] == 2.0
+    assert series["rollgym/dropped/stale_trainer"] == 4.0
+    assert series["rollgym/dropped/malformed"] == 0.0
+    assert {"rollgym/latency/model_p50", "rollgym/stage/buffer/waiting_s"} <= series.keys()
+    assert "rollgym/online_eval/success_rate" not in series
+
+
+def test_a_mixtures_batch_is_split_by_env_in_the_record_the_series_and_the_table() -> None:
+    progress = RunProgress()
+    guess = _group(0, [1.0, 1.0]).model_copy(update={"env_id": "rollgym/GuessNumber-v0"})
+    mine = _group(0, [0.0, 0.5]).model_copy(update={"env_id": "example/Reverse-v0"})
+    progress.on_groups([guess, mine], trainer_version=0)
+    record = progress.end_step(step=1, policy_version=0, dropped_total=0)
+    assert record.per_env["rollgym/GuessNumber-v0"].reward_mean == 1.0
+    assert record.per_env["rollgym/GuessNumber-v0"].success_rate == 1.0
+    assert record.per_env["example/Reverse-v0"].reward_mean == 0.25
+    assert record.per_env["example/Reverse-v0"].trajectories == 2
+    series = step_series(progress, DropCounts())
+    assert series["rollgym/env/example/Reverse-v0/reward_mean"] == 0.25
+    assert series["rollgym/env/rollgym/GuessNumber-v0/success_rate"] == 1.0
+    table = progress.render(total_steps=3)
+    assert "example/Reverse-v0" in table and "rollgym/GuessNumber-v0" in table
