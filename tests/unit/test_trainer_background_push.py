@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_fakes import FakeServer
+from trainer_fakes import FakeServer, fast_config
 from transformers import AutoModelForCausalLM
 
 from rollgym.trainer.background_push import BackgroundPush
@@ -21,18 +21,8 @@ from rollgym.trainer.weights import WeightPusher
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
-    defaults = dict(
-        output_dir=tmp_path / "run",
-        group_size=4,
-        groups_per_batch=2,
-        total_steps=3,
-        learning_rate=1e-3,
-        pull_timeout_s=0.1,
-        stall_timeout_s=5.0,
-        max_staleness=1,
-        background_push=True,
-    )
-    return TrainerConfig(**{**defaults, **values})
+    defaults = dict(total_steps=3, learning_rate=1e-3, max_staleness=1, background_push=True)
+    return fast_config(tmp_path / "run", **{**defaults, **values})
 
 
 def test_a_background_run_lands_every_push_in_order(tmp_path, default_model_dir) -> None:

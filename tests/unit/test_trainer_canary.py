@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainer_fakes import FakeServer
+from trainer_fakes import FakeServer, fast_config
 
 from rollgym.trainer.canary import CanaryConfig, canary_probes, probe_ids
 from rollgym.trainer.config import TrainerConfig
@@ -18,17 +18,8 @@ from rollgym.trainer.lora import LoraSettings
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
-    defaults = dict(
-        output_dir=tmp_path / "run",
-        group_size=4,
-        groups_per_batch=2,
-        total_steps=2,
-        learning_rate=5e-2,
-        pull_timeout_s=0.1,
-        stall_timeout_s=5.0,
-        max_staleness=0,
-    )
-    return TrainerConfig(**{**defaults, **values})
+    defaults = dict(total_steps=2, learning_rate=5e-2, max_staleness=0)
+    return fast_config(tmp_path / "run", **{**defaults, **values})
 
 
 @pytest.mark.parametrize("lora", [None, LoraSettings(rank=4)], ids=["full", "lora"])

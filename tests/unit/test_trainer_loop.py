@@ -17,6 +17,7 @@ from trainer_fakes import (
     ENV_TOKENS,
     GOOD_TOKEN,
     FakeServer,
+    fast_config,
     make_trajectory,
     random_group,
     scored_batches,
@@ -33,18 +34,8 @@ from rollgym.trainer.lora import LoraSettings, is_adapter_dir, load_policy, serv
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
-    defaults = dict(
-        output_dir=tmp_path / "run",
-        group_size=4,
-        groups_per_batch=2,
-        total_steps=3,
-        checkpoint_every=1,
-        keep_checkpoints=10,
-        learning_rate=1e-3,
-        pull_timeout_s=0.1,
-        stall_timeout_s=5.0,
-    )
-    return TrainerConfig(**{**defaults, **values})
+    defaults = dict(total_steps=3, checkpoint_every=1, keep_checkpoints=10, learning_rate=1e-3)
+    return fast_config(tmp_path / "run", **{**defaults, **values})
 
 
 def _checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:

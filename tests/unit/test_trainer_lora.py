@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from peft import get_peft_model
-from trainer_fakes import FakeServer
+from trainer_fakes import FakeServer, fast_config
 from transformers import AutoModelForCausalLM
 
 from rollgym.cli import main
@@ -22,17 +22,12 @@ from rollgym.trainer.lora import LoraSettings, export_merged, is_adapter_dir, me
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
     defaults = dict(
-        output_dir=tmp_path / "run",
-        group_size=4,
-        groups_per_batch=2,
         total_steps=2,
         learning_rate=5e-2,
-        pull_timeout_s=0.1,
-        stall_timeout_s=5.0,
         max_staleness=0,
         lora=LoraSettings(rank=4, target_modules=["q_proj", "v_proj"]),
     )
-    return TrainerConfig(**{**defaults, **values})
+    return fast_config(tmp_path / "run", **{**defaults, **values})
 
 
 def test_merged_tensors_equal_peft_merge_and_leave_the_model_as_it_was(default_model_dir) -> None:

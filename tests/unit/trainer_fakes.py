@@ -51,7 +51,7 @@ from rollgym.contract.wire import (
 )
 from rollgym.trainer.canary import sequence_logprobs
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import ClientConfig
+from rollgym.trainer.config import ClientConfig, TrainerConfig
 
 TOKEN = "test-admin-token"
 GOOD_TOKEN = 17
@@ -361,3 +361,16 @@ def scored_batches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 def _per_row(value: Any, order: Any) -> bool:
     return hasattr(value, "ndim") and value.ndim >= 1 and len(value) == len(order)
+
+
+def fast_config(output_dir: Any, **values: Any) -> TrainerConfig:
+    """A trainer config for runs against ``FakeServer``: groups of 4, two a batch, and
+    timeouts short enough that a test never waits on a server that will not answer."""
+    defaults: dict[str, Any] = dict(
+        output_dir=output_dir,
+        group_size=4,
+        groups_per_batch=2,
+        pull_timeout_s=0.1,
+        stall_timeout_s=5.0,
+    )
+    return TrainerConfig(**{**defaults, **values})
