@@ -4,7 +4,7 @@ Frameworks send ``tool_choice``, ``parallel_tool_calls`` and ``response_format``
 default; the server keeps them by constrained decoding (vLLM's structured outputs):
 
 - ``tool_choice: "required"``: one or more tool calls and nothing else; a named function:
-  exactly one call of it;
+  exactly one call of it; either way the calls' arguments follow their tools' schemas;
 - ``parallel_tool_calls: false``: at most one call (with ``auto``: text, then at most one);
 - a tool declared ``strict: true``: its calls' arguments follow its schema;
 - ``response_format`` ``json_object``: a JSON object; ``json_schema``: JSON following the
@@ -15,6 +15,8 @@ for the server's ``tool_parser`` (``hermes``, the default: the ``<tool_call>{"na
 "arguments": ...}</tool_call>`` blocks the served templates teach), so a forced call is
 written as the model writes any call: its sampled tokens are recorded as sampled and parsed
 like any other answer. A family vLLM has no structural tag for gets a 422 that says so.
+JSON inside a call allows one whitespace character at a time (the engine's
+no-free-whitespace setting does not reach structural tags).
 
 vLLM is imported on first use, in a worker thread (``constraint_of``): a request that
 asks for none of this never waits for it.
@@ -88,8 +90,14 @@ def _tool_calls_tag(body: ChatCompletionRequest, tool_format: str) -> str | None
         else body.tool_choice or "auto"
     )
     single = body.parallel_tool_calls is False
+    # A forced call's arguments follow its schema, strict or not (PARAMETER): the client
+    # asked for that call, and in a session the model is shown the env's tools only, so a
+    # client's own tool (LangChain's function_calling schema) is known by its schema alone.
     # FUNCTION: the envelope is constrained even with auto (one call at most needs a grammar)
-    level = ToolStrictLevel.FUNCTION if single else ToolStrictLevel.AUTO
+    if choice not in ("auto", "none"):
+        level = ToolStrictLevel.PARAMETER
+    else:
+        level = ToolStrictLevel.FUNCTION if single else ToolStrictLevel.AUTO
     try:
         tag = get_model_structural_tag(
             tool_format, tools, choice, reasoning=False, strict_level=level
@@ -100,4 +108,18 @@ def _tool_calls_tag(body: ChatCompletionRequest, tool_format: str) -> str | None
         return None
     if single:
         limit_to_single_tool_call(tag)
-    return tag.model_dump_json()
+    return json.dumps(_spare_whitespace(tag.model_dump(mode="json")))
+
+
+def _spare_whitespace(node: object) -> object:
+    """``node`` with each JSON format of the tag allowing one whitespace character at a
+    time: the engine's no-free-whitespace setting does not reach structural tags, and a
+    small model's run of blank lines inside a forced call's arguments eats its tokens."""
+    if isinstance(node, list):
+        return [_spare_whitespace(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    spared = {key: _spare_whitespace(value) for key, value in node.items()}
+    if spared.get("type") == "json_schema" and "json_schema" in spared:
+        spared["max_whitespace_cnt"] = 1
+    return spared

@@ -74,6 +74,22 @@ async def test_a_named_function_is_the_one_call_allowed(client, engine) -> None:
     assert not accepts(constraint, CALC_CALL) and not accepts(constraint, PYTHON_CALL * 2)
 
 
+async def test_a_forced_calls_arguments_follow_its_schema(client, engine) -> None:
+    """Strict or not: LangChain's ``with_structured_output(method="function_calling")``
+    forces a call of a tool the model was never shown, whose arguments were otherwise free
+    (a real model wrote them as a string)."""
+    named = {"type": "function", "function": {"name": "calculator"}}
+    for choice in ("required", named):
+        await chat(client, tools=[CALCULATOR], tool_choice=choice)
+    for constraint in engine.constraints:
+        assert accepts(constraint, CALC_CALL)
+        as_text = '<tool_call>{"name": "calculator", "arguments": "print(1)"}</tool_call>'
+        mistyped = '<tool_call>{"name": "calculator", "arguments": {"expression": 1}}</tool_call>'
+        assert not accepts(constraint, as_text) and not accepts(constraint, mistyped)
+        blank_lines = CALC_CALL.replace('"1"}', '"1"\n\n\n}')
+        assert not accepts(constraint, blank_lines)  # a run of whitespace: tokens eaten
+
+
 async def test_no_parallel_calls_leaves_text_and_at_most_one_call(client, engine) -> None:
     answer = await chat(client, tools=[CALCULATOR, PYTHON], parallel_tool_calls=False)
     assert answer.status_code == 200, answer.text
