@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -128,6 +129,28 @@ def trained_groups(server: ServerProcess) -> dict[str, list[Trajectory]]:
     }
 
 
+def train_one_step(
+    server: ServerProcess, model_dir: Path, output_dir: Path, group_size: int, groups: int = 1
+) -> dict[str, list[Trajectory]]:
+    """One GRPO step on ``groups`` of the server's groups (after the trainer's first push of
+    its weights); the groups trained so far, by id."""
+    config = TrainerConfig(
+        output_dir=output_dir,
+        group_size=group_size,
+        groups_per_batch=groups,
+        max_staleness=1,
+        total_steps=1,
+        learning_rate=1e-3,
+        pull_timeout_s=5.0,
+        stall_timeout_s=240.0,
+    )
+    with ServerClient(server.client_config()) as client:
+        start = client.policy_version()
+        result = train(config, client, model_dir, printer=None)
+        assert result.steps == 1 and client.policy_version() == start + 2  # weights + 1 step
+    return trained_groups(server)
+
+
 def test_framework_agents_in_groups_train_the_policy(
     api, server, tool_model_dir, tmp_path, monkeypatch
 ) -> None:
@@ -138,20 +161,7 @@ def test_framework_agents_in_groups_train_the_policy(
     assert_tool_calls_ran_in_the_box(episodes)
 
     probe = probe_steps(monkeypatch)
-    config = TrainerConfig(
-        output_dir=tmp_path / "run",
-        group_size=GROUP_SIZE,
-        groups_per_batch=GROUPS,
-        max_staleness=1,
-        total_steps=1,
-        learning_rate=1e-3,
-        pull_timeout_s=5.0,
-        stall_timeout_s=240.0,
-    )
-    with ServerClient(server.client_config()) as client:
-        start = client.policy_version()
-        result = train(config, client, tool_model_dir, printer=None)
-        assert result.steps == 1 and client.policy_version() == start + 2  # weights + 1 step
+    train_one_step(server, tool_model_dir, tmp_path / "run", GROUP_SIZE, GROUPS)
 
     [batch], [output] = probe.batches, probe.outputs
     assert set(batch.group_id) == {e.group_id for e in episodes}  # the framework's sessions

@@ -19,20 +19,16 @@ import asyncio
 
 import pydantic_ai
 from pydantic import BaseModel, Field
-from test_agent_framework_e2e import model_spans, trained_groups
+from test_agent_framework_e2e import model_spans, train_one_step
 from test_frameworks_e2e import AGENT_KEY, COMPUTE, GROUP_SIZE, server  # noqa: F401 (fixture)
 
-from rollgym.contract.wire import SessionClosed, Trajectory
+from rollgym.contract.wire import SessionClosed
 from rollgym.envs.compute import PYTHON_TOOL
 from rollgym.frameworks import langchain
 from rollgym.frameworks import pydantic_ai as on_pydantic_ai
 from rollgym.frameworks.session import AgentSession
-from rollgym.run.server_process import ServerProcess
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.conversation.toolcalls import parse_tool_calls
-from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import TrainerConfig
-from rollgym.trainer.loop import train
 
 SETTINGS = {"temperature": 0.5, "max_tokens": 96}
 METHODS = ("json_schema", "function_calling")  # member i's with_structured_output method
@@ -102,24 +98,6 @@ async def play_group(url: str, play, seed: int) -> list[tuple[SessionClosed, Bas
     return list(await asyncio.gather(*(member(i) for i in range(GROUP_SIZE))))
 
 
-def train_one_step(process: ServerProcess, model_dir, tmp_path) -> dict[str, list[Trajectory]]:
-    config = TrainerConfig(
-        output_dir=tmp_path / "run",
-        group_size=GROUP_SIZE,
-        groups_per_batch=1,
-        max_staleness=1,
-        total_steps=1,
-        learning_rate=1e-3,
-        pull_timeout_s=5.0,
-        stall_timeout_s=240.0,
-    )
-    with ServerClient(process.client_config()) as client:
-        start = client.policy_version()
-        result = train(config, client, model_dir, printer=None)
-        assert result.steps == 1 and client.policy_version() == start + 2  # weights + 1 step
-    return trained_groups(process)
-
-
 def test_langchain_forced_calls_and_structured_output_train(
     server,  # noqa: F811
     tool_model_dir,
@@ -129,7 +107,7 @@ def test_langchain_forced_calls_and_structured_output_train(
     closed = [c for c, _ in played]
     assert all(c.valid for c in closed), closed
     [group_id] = {c.group_id for c in closed}
-    trained = train_one_step(server, tool_model_dir, tmp_path)
+    trained = train_one_step(server, tool_model_dir, tmp_path / "run", GROUP_SIZE)
     assert group_id in trained
 
     codec = ChatCodec.from_model_dir(tool_model_dir)
@@ -153,7 +131,7 @@ def test_pydantic_ai_output_type_trains(server, tool_model_dir, tmp_path) -> Non
     closed = [c for c, _ in played]
     assert all(c.valid for c in closed), closed
     [group_id] = {c.group_id for c in closed}
-    trained = train_one_step(server, tool_model_dir, tmp_path)
+    trained = train_one_step(server, tool_model_dir, tmp_path / "run", GROUP_SIZE)
     assert group_id in trained
 
     codec = ChatCodec.from_model_dir(tool_model_dir)
