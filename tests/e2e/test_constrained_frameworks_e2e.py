@@ -27,6 +27,7 @@ from rollgym.envs.compute import PYTHON_TOOL
 from rollgym.frameworks import langchain
 from rollgym.frameworks import pydantic_ai as on_pydantic_ai
 from rollgym.frameworks.session import AgentSession
+from rollgym.run.server_process import ServerProcess
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.server.conversation.toolcalls import parse_tool_calls
 
@@ -98,20 +99,25 @@ async def play_group(url: str, play, seed: int) -> list[tuple[SessionClosed, Bas
     return list(await asyncio.gather(*(member(i) for i in range(GROUP_SIZE))))
 
 
+def play_and_train(process: ServerProcess, play, seed: int, model_dir, tmp_path):
+    """A group of ``play`` (each member's closed session and its output), every member valid,
+    then one GRPO step that trains the group; its trained trajectories by id."""
+    played = asyncio.run(play_group(process.url, play, seed=seed))
+    closed = [c for c, _ in played]
+    assert all(c.valid for c in closed), closed
+    [group_id] = {c.group_id for c in closed}
+    trained = train_one_step(process, model_dir, tmp_path / "run", GROUP_SIZE)
+    assert group_id in trained
+    return played, {t.id: t for t in trained[group_id]}
+
+
 def test_langchain_forced_calls_and_structured_output_train(
     server,  # noqa: F811
     tool_model_dir,
     tmp_path,
 ) -> None:
-    played = asyncio.run(play_group(server.url, play_langchain, seed=3))
-    closed = [c for c, _ in played]
-    assert all(c.valid for c in closed), closed
-    [group_id] = {c.group_id for c in closed}
-    trained = train_one_step(server, tool_model_dir, tmp_path / "run", GROUP_SIZE)
-    assert group_id in trained
-
+    played, by_id = play_and_train(server, play_langchain, 3, tool_model_dir, tmp_path)
     codec = ChatCodec.from_model_dir(tool_model_dir)
-    by_id = {t.id: t for t in trained[group_id]}
     for i, (done, output) in enumerate(played):
         call_span, answer_span = model_spans(by_id[done.trajectory_id])
         calls = parse_tool_calls(codec.decode(call_span), {PYTHON_TOOL.name}).calls
@@ -127,15 +133,8 @@ def test_langchain_forced_calls_and_structured_output_train(
 
 
 def test_pydantic_ai_output_type_trains(server, tool_model_dir, tmp_path) -> None:  # noqa: F811
-    played = asyncio.run(play_group(server.url, play_pydantic_ai, seed=4))
-    closed = [c for c, _ in played]
-    assert all(c.valid for c in closed), closed
-    [group_id] = {c.group_id for c in closed}
-    trained = train_one_step(server, tool_model_dir, tmp_path / "run", GROUP_SIZE)
-    assert group_id in trained
-
+    played, by_id = play_and_train(server, play_pydantic_ai, 4, tool_model_dir, tmp_path)
     codec = ChatCodec.from_model_dir(tool_model_dir)
-    by_id = {t.id: t for t in trained[group_id]}
     for done, output in played:
         trajectory = by_id[done.trajectory_id]
         [span] = model_spans(trajectory)
