@@ -1,6 +1,6 @@
 """Compute: questions only a computation answers, with a ``python`` tool in the sandbox.
 
-The built-in agentic task (``rollgym run --preset compute``). Each episode's question is
+The built-in run's task (``rollgym run``, ``make run``). Each episode's question is
 made from its seed (``envs.compute_tasks``): arithmetic on numbers too long to do by heart, a sum over a file
 that only the box holds, or (two steps) a number read from a file and then multiplied.
 The agent runs code with the ``python`` tool in a box from the warm pool, reads what it

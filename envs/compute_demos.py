@@ -7,6 +7,14 @@ number, which is never the answer. That is the warm start's flaw for RL to remov
 policy that uses the tool about half the time, whose reward says the tool pays
 (docs/training.md has the measurements behind the share).
 
+``copies`` are generic copy sequences, not of the task: a user message of random
+characters (digits mostly) followed by random filler, answered with the characters again.
+A model from random weights has no way to copy from its context (an induction head); on
+drills alone the default model found none in 800 steps of 32 (call 24 of 60 held-out
+questions: only the copy-free ``sum`` calls; answers 0 of 60). After 600 steps of 64
+copies (3.5 minutes here), 300 steps of drills taught it both copies: call 58 of 60,
+answer 41 of 60 (greedy, held-out questions; docs/training.md).
+
 ``drills`` are short conversations with no system prompt and no tools: a question and
 its call, or a call's output and the answer. Copying digits from one place of the context
 to another is what the task needs and what a model trained from random weights lacks. On
@@ -105,6 +113,32 @@ def drills(
         else:
             context = [{**m, "weight": 0} if m["role"] == "assistant" else m for m in play]
             out.append([question, *context, {"role": "assistant", "content": answer(solved)}])
+    return out
+
+
+DIGITS, MIXED = "0123456789", "0123456789abcdefghijklmnopqrstuvwxyz*+-()"
+FILLER_ALPHABET = "abcdefghijklmnopqrstuvwxyz      .,"
+
+
+def copies(n: int, *, seed: int) -> list[Conversation]:
+    """``n`` copy sequences: 3-12 random characters (digits only in 70% of them), then up
+    to 20 of random filler; the answer is the characters again.
+
+    >>> [m["content"] for m in copies(1, seed=1)[0]]
+    ['4177 yng by a rogubb', '4177']
+    """
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        alphabet = DIGITS if rng.random() < 0.7 else MIXED
+        target = "".join(rng.choice(alphabet) for _ in range(rng.randint(3, 12)))
+        filler = "".join(rng.choice(FILLER_ALPHABET) for _ in range(rng.randint(0, 20)))
+        out.append(
+            [
+                {"role": "user", "content": f"{target} {filler}".rstrip()},
+                {"role": "assistant", "content": target},
+            ]
+        )
     return out
 
 

@@ -108,7 +108,7 @@ def tool_model_dir(default_model_dir: Path) -> Path:
     from rollgym.run.warmstart import WarmStartConfig, warm_start
 
     config = WarmStartConfig(
-        demos=ComputeDemos(episodes=1600, direct_share=0.0, drills=0),
+        demos=ComputeDemos(episodes=1600, direct_share=0.0, copies=0, drills=0),
         epochs=2.0,
         learning_rate=3e-3,
         max_grad_norm=None,

@@ -44,7 +44,7 @@ def add_eval_commands(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--env-kwargs",
         default='{"low": 1, "high": 8, "strict": true, "feedback": "range"}',
-        help="the env's kwargs as JSON (default: the built-in run's task)",
+        help="the env's kwargs as JSON (default: the guess preset's game)",
     )
     evaluate.add_argument("--episodes", type=int, default=200, help="held-out seeds")
     evaluate.add_argument("--samples", type=int, default=1, help="samples per seed (pass@k)")

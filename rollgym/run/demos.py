@@ -44,11 +44,18 @@ class ComputeDemos(BaseModel):
         description="share of them answered at once without the tool (the question's first "
         "number): the flaw RL removes",
     )
-    drills: int = Field(
+    copies: int = Field(
         19_200,
         ge=0,
+        description="generic copy sequences (random characters, then the same again), "
+        "trained first, 64 a step: the copying a model from random weights lacks",
+    )
+    copy_learning_rate: float = Field(2e-3, gt=0, description="the copies' peak learning rate")
+    drills: int = Field(
+        6_400,
+        ge=0,
         description="short copy drills (no system prompt, no tools: a call, or an answer), "
-        "trained first: 600 steps of 32",
+        "trained after the copies: 200 steps of 32",
     )
     drill_learning_rate: float = Field(
         2e-3, gt=0, description="the drills' peak learning rate (cosine, after a 5% warm-up)"
@@ -70,6 +77,11 @@ class ComputeDemos(BaseModel):
             self.episodes, seed=base, direct_share=self.direct_share, **(self.env_kwargs or {})
         )
         return [chat_record(conversation, [PYTHON_TOOL.to_openai()]) for conversation in plays]
+
+    def copy_records(self, seed: int) -> list[ChatRecord]:
+        from rollgym.envs.compute_demos import copies
+
+        return [chat_record(c) for c in copies(self.copies, seed=DEMO_SEEDS + seed)]
 
     def drill_records(self, seed: int) -> list[ChatRecord]:
         from rollgym.envs.compute_demos import drills
@@ -140,6 +152,13 @@ class GuessDemos(BaseModel):
         endgame_seed = seed + oracle + imperfect + self.drill_episodes
         conversations += endgames(self.endgame_episodes, seed=endgame_seed, **game)
         return [chat_record(conversation) for conversation in conversations]
+
+    def copy_records(self, seed: int) -> list[ChatRecord]:
+        return []  # the game copies nothing from its context
+
+    @property
+    def copy_learning_rate(self) -> float:
+        return 0.0  # no copy phase
 
     def drill_records(self, seed: int) -> list[ChatRecord]:
         return []  # its drills train beside the games (``drill_episodes``)

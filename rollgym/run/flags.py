@@ -4,8 +4,9 @@ A run's config is built in layers (``rollgym.run.presets``): the defaults, the p
 ``--config`` file, then these flags. Three rules keep a changed task or model from inheriting
 what belonged to the old one, unless the file or a flag names it again:
 
-* a new env (``--env``, or ``task.env_id`` in the file) starts with no env kwargs (the
-  built-in game's ``low``/``high``/``strict`` mean nothing to another env);
+* a new env (``--env``, or ``task.env_id`` in the file) starts with no env kwargs and the
+  task table's own defaults, not the preset's (the built-in task's ``digits``, boxes and
+  tokens mean nothing to another env);
 * a new env or model starts without the preset's warm start (its demonstrations play the
   preset's env, and the default preset's SFT exists because the 3.3M default model starts
   random; a pulled or trained model starts as it is);
@@ -174,8 +175,11 @@ def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
     user_task = user.get("task") or {}
     new_env = user_task.get("env_id", base["task"]["env_id"]) != base["task"]["env_id"]
     new_task = new_env or bool(user_task.get("mixture"))
-    if new_env and "env_kwargs" not in user_task:
-        out["task"]["env_kwargs"] = {}
+    if new_env:  # the preset's task table (kwargs, boxes, tokens) was its env's
+        from rollgym.run.task import TaskConfig
+
+        defaults = TaskConfig().model_dump(mode="json")
+        out["task"] = merged(defaults, {"env_kwargs": {}}, user_task)
     new_model = str(user.get("model_dir", base["model_dir"])) != str(base["model_dir"])
     if (new_env or new_model) and "warmstart" not in user:
         out["warmstart"] = None

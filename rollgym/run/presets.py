@@ -8,13 +8,14 @@ seed and keeps every other trainer field of the preset. ``task.env_kwargs`` and
 env's kwargs belong to that env (GuessNumber's ``strict`` and ``feedback`` must not leak
 into another game or env), and a demonstrations table to its ``kind``.
 
-* ``default``: the built-in run (the 3.3M default model, an SFT warm start on GuessNumber
-  1..8 in 3 turns).
-* ``compute``: the sandboxed tool task, ``rollgym/Compute-v0`` (a python tool in Docker
-  boxes from the server's warm pool, env latency measured per turn), on the default model
-  after a warm start on its demonstrations and copy drills. The box is in the loop, but the
-  3.3M model does not learn to copy operands reliably, so RL has little to build on
-  (docs/training.md, "The tool task").
+* ``default``: the built-in run, the sandboxed tool task ``rollgym/Compute-v0`` (a python
+  tool in Docker boxes from the server's warm pool, env latency measured per turn) on the
+  3.3M default model, after a warm start of generic copies, the task's copy drills and its
+  demonstrations, half of them answered without the tool (docs/training.md, "The tool
+  task"). ``RunConfig``'s own field defaults are the ``guess`` preset's; this preset layers
+  the tool task over them.
+* ``guess``: GuessNumber 1..8 in 3 turns on the default model, after an SFT warm start on
+  its demonstrations: the first built-in run, no tool and no sandbox.
 * ``smollm2``: SmolLM2-135M-Instruct (``rollgym model pull smollm2-135m-instruct``; the run
   pulls it if needed) on GuessNumber 1..6 in 3 turns, lenient, with range feedback, and no
   warm start: the pretrained model wins 18% of it as it is (docs/training.md has the
@@ -33,23 +34,17 @@ Values = dict[str, Any]
 _SMOLLM2 = "smollm2-135m-instruct"
 
 
-def _default() -> Values:
-    return {}
-
-
-def _compute() -> Values:
+def _tool_task() -> Values:
     return {
-        "run_dir": str(paths.runs_dir() / "compute"),
         # a call and its answer fit 64 tokens; one box per episode a group batch plays
         "task": {"env_id": COMPUTE_ID, "env_kwargs": {}, "max_tokens": 64, "sandboxes": 32},
-        # unclipped: the drills at their own rate, then the conversations (docs/training.md)
-        "warmstart": {
-            "demos": {"kind": "compute"},
-            "epochs": 1.0,
-            "learning_rate": 1e-3,
-            "max_grad_norm": None,
-        },
+        # copies, then drills, each at its own rate, then the conversations (docs/training.md)
+        "warmstart": {"demos": {"kind": "compute"}, "epochs": 1.0, "learning_rate": 1e-3},
     }
+
+
+def _guess() -> Values:
+    return {"run_dir": str(paths.runs_dir() / "guess")}
 
 
 def _smollm2() -> Values:
@@ -71,8 +66,8 @@ def _smollm2() -> Values:
 
 
 PRESETS: dict[str, Callable[[], Values]] = {
-    "default": _default,
-    "compute": _compute,
+    "default": _tool_task,
+    "guess": _guess,
     "smollm2": _smollm2,
 }
 

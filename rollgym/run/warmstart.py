@@ -57,9 +57,7 @@ class WarmStartConfig(BaseModel):
     max_grad_norm: float | None = Field(
         1.0,
         gt=0,
-        description="clip each step's gradient norm (Trainer's default); None: no clipping. "
-        "Clipped at 1.0 the default model learned no copying in 400 steps of Compute's "
-        "drills, unclipped it copied a call's operands in 300 once (docs/training.md)",
+        description="clip each step's gradient norm (Trainer's default); None: no clipping",
     )
     gradient_checkpointing: bool = Field(
         False,
@@ -127,6 +125,11 @@ def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, li
     return _shuffled(codec, demonstration_records(config), config.seed)
 
 
+def copy_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
+    """The demonstrations' generic copy sequences (trained first), pre-tokenized, shuffled."""
+    return _shuffled(codec, config.demos.copy_records(config.seed), config.seed)
+
+
 def drill_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
     """The demonstrations' drills (trained first), pre-tokenized and shuffled."""
     return _shuffled(codec, config.demos.drill_records(config.seed), config.seed)
@@ -157,9 +160,10 @@ def warm_start(
 ) -> Path:
     """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent).
 
-    Two phases where the demonstrations have drills (``rollgym.run.demos``): the drills at
-    their own peak learning rate, then the conversations at ``learning_rate``, each on a
-    cosine schedule after a 5% warm-up. With ``config.lora`` both phases train one adapter,
+    Up to three phases (``rollgym.run.demos``): generic copies (twice the batch) and the
+    task's drills, each at its own peak learning rate, then the conversations at
+    ``learning_rate``, each on a cosine schedule after a 5% warm-up; a phase without
+    examples is skipped. With ``config.lora`` every phase trains one adapter,
     merged into the saved model. ``printer`` gets a progress line at every TRL log step.
     """
     if is_warm(out_dir, config):
@@ -171,9 +175,11 @@ def warm_start(
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
     codec = ChatCodec(tokenizer)
+    demos, batch = config.demos, config.batch_size
     phases = [
-        Phase("drills", drill_examples(config, codec), config.demos.drill_learning_rate, 1.0),
-        Phase("SFT", sft_examples(config, codec), config.learning_rate, config.epochs),
+        Phase("copies", copy_examples(config, codec), demos.copy_learning_rate, 1.0, 2 * batch),
+        Phase("drills", drill_examples(config, codec), demos.drill_learning_rate, 1.0, batch),
+        Phase("SFT", sft_examples(config, codec), config.learning_rate, config.epochs, batch),
     ]
     if config.lora is not None:
         from peft import get_peft_model
@@ -195,12 +201,13 @@ def warm_start(
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """One SFT pass: its examples, its peak learning rate (cosine) and its epochs."""
+    """One SFT pass: its examples, peak learning rate (cosine), epochs and batch size."""
 
     name: str
     examples: list[dict[str, list[int]]]
     learning_rate: float
     epochs: float
+    batch_size: int
 
 
 def _train(
@@ -229,7 +236,7 @@ def _train(
     args = SFTConfig(
         output_dir=str(work_dir),
         num_train_epochs=phase.epochs,
-        per_device_train_batch_size=config.batch_size,
+        per_device_train_batch_size=phase.batch_size,
         learning_rate=phase.learning_rate,
         max_grad_norm=config.max_grad_norm or 0.0,
         lr_scheduler_type="cosine",

@@ -222,7 +222,7 @@ def test_rollgym_run_with_two_servers(tmp_path) -> None:
     path = tmp_path / "run.json"
     path.write_text(json.dumps(config))
     done = subprocess.run(
-        [sys.executable, "-m", "rollgym.cli", "run", "--config", str(path)],
+        [sys.executable, "-m", "rollgym.cli", "run", "--preset", "guess", "--config", str(path)],
         capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

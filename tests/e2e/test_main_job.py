@@ -1,4 +1,6 @@
-"""The README's main command, ``rollgym run``, on a shrunken config: interrupt, then resume.
+"""The README's main command, ``rollgym run``, on shrunken configs: the built-in tool task
+with the sandbox in the loop, and (on the guess preset, whose warm start takes seconds)
+interrupt, then resume.
 
 The same pipeline as the built-in default (warm start, real server, GRPO, held-out
 evaluation, report), with few demonstrations and steps so it fits a test run.
@@ -64,7 +66,10 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     config.write_text(json.dumps(_small_config(run_dir)))
 
     first = subprocess.Popen(
-        _rollgym_run(config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        _rollgym_run(config, "--preset", "guess"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     _wait_for(run_dir / "grpo" / "checkpoint-1" / STATE_FILE, first, timeout_s=900)
     first.send_signal(signal.SIGINT)  # Ctrl-C
@@ -74,7 +79,11 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     assert not (run_dir / "summary.json").exists()
 
     second = subprocess.run(
-        _rollgym_run(config), capture_output=True, text=True, timeout=1800, check=False
+        _rollgym_run(config, "--preset", "guess"),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
     )
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     assert "resuming from" in second.stdout
@@ -104,8 +113,8 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     assert second.stdout.count("  sampling ") >= 1
 
 
-def test_the_compute_preset_trains_with_the_sandbox_in_the_loop(tmp_path, tool_model_dir) -> None:
-    """``--preset compute`` shrunk: the policy calls the python tool in boxes of the
+def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_model_dir) -> None:
+    """The built-in run (the tool task) shrunk: the policy calls the python tool in boxes of the
     server's warm pool, and the run reports the sandbox's turns apart from the model's.
 
     It starts from the test model that calls the tool (``tool_model_dir``) instead of the
@@ -130,7 +139,7 @@ def test_the_compute_preset_trains_with_the_sandbox_in_the_loop(tmp_path, tool_m
     }
     config.write_text(json.dumps(small))
     done = subprocess.run(
-        _rollgym_run(config, "--preset", "compute"),
+        _rollgym_run(config),
         capture_output=True,
         text=True,
         timeout=1800,

@@ -93,7 +93,8 @@ def _steer(case, mode: GenerationMode, *, model: str) -> None:
     would stop at the first check). A pull may wait up to 10 minutes for groups that never
     come: its wait is capped, and set where the case leaves it out (its default, 30 s, made
     the pulls 180 of the positive mode's 200 seconds); an evaluation plays every episode
-    before it answers (up to 4,096): it is cut to a few."""
+    before it answers (up to 4,096): it is cut to a few; so are the tokens and choices a
+    generation asks for (a long answer tests the engine's speed, not the input's handling)."""
     body = case.body
     if not isinstance(body, dict):
         return
@@ -106,6 +107,11 @@ def _steer(case, mode: GenerationMode, *, model: str) -> None:
             body["seeds"] = body["seeds"][:3]
         if isinstance(body.get("samples"), int):
             body["samples"] = min(body["samples"], 2)
+    for field in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        if isinstance(body.get(field), int) and body[field] > 8:
+            body[field] = 8  # a long answer is the engine's time, not a new input
+    if isinstance(body.get("n"), int) and body["n"] > 2:
+        body["n"] = 2
     if mode is GenerationMode.POSITIVE:
         if "model" in body:
             body["model"] = model

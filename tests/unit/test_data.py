@@ -302,7 +302,9 @@ def test_a_records_tools_are_in_its_sft_prompt(tmp_path, default_model_dir) -> N
     conversation = [*opening, {"role": "assistant", "content": "<answer>2</answer>"}]
     path = tmp_path / "chat.jsonl"
     write_jsonl([chat_record(conversation, tools=tools)], path)
-    config = WarmStartConfig(demos=ComputeDemos(episodes=0, drills=0), demonstrations=path)
+    config = WarmStartConfig(
+        demos=ComputeDemos(episodes=0, copies=0, drills=0), demonstrations=path
+    )
     [example] = sft_examples(config, codec)
     prompt = codec.first_prompt(opening, tools=tools)  # what the episode runner shows
     assert example["input_ids"][: len(prompt)] == prompt

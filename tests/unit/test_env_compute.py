@@ -8,7 +8,13 @@ import pytest
 from gymnasium.utils import seeding
 
 from rollgym.envs.compute import WITH_TOOL, WITHOUT_TOOL
-from rollgym.envs.compute_demos import demonstrations, drills, python_call, solved_tasks
+from rollgym.envs.compute_demos import (
+    copies,
+    demonstrations,
+    drills,
+    python_call,
+    solved_tasks,
+)
 from rollgym.envs.compute_tasks import KINDS, episode_task
 from rollgym.envs.errors import EnvLoadError
 from rollgym.envs.scripted import solver
@@ -116,6 +122,27 @@ def test_drills_are_short_and_train_a_call_or_an_answer_only() -> None:
     assert [m["role"] for m in made[0]] == ["user", "assistant"]
     assert [m.get("weight") for m in made[1] if m["role"] == "assistant"] == [0, None]
     assert made[1][-1]["content"] == f"<answer>{int(made[1][2]['content'])}</answer>"
+
+
+def test_copies_answer_with_their_messages_first_characters_and_know_nothing_of_the_task():
+    made = copies(500, seed=3)
+    assert made == copies(500, seed=3) and made != copies(500, seed=4)
+    for user, assistant in made:
+        assert (user["role"], assistant["role"]) == ("user", "assistant")
+        target = assistant["content"]
+        assert 3 <= len(target) <= 12 and user["content"].startswith(target)
+        assert "<" not in user["content"] + target  # no call, no answer tag: generic
+    digits_only = sum(a["content"].isdigit() for _, a in made)
+    assert 300 <= digits_only <= 400  # 70% drawn from digits alone
+
+
+def test_compute_demos_make_the_asked_copies_and_drills_per_seed() -> None:
+    from rollgym.run.demos import ComputeDemos
+
+    demos = ComputeDemos(episodes=4, copies=6, drills=2)
+    assert len(demos.copy_records(0)) == 6 and len(demos.drill_records(0)) == 2
+    assert demos.copy_records(0) != demos.copy_records(1)  # a run's seed, its own copies
+    assert ComputeDemos(copies=0).copy_records(0) == []
 
 
 def test_held_out_tasks_are_none_of_the_demonstrations_or_training_tasks() -> None:

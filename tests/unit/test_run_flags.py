@@ -31,7 +31,7 @@ def test_each_knob_sets_its_field_and_keeps_the_rest_of_the_preset() -> None:
     assert trainer.learning_rate == 1e-5 and trainer.report_to == ["tensorboard"]
     assert (task.max_tokens, task.sandboxes) == (32, 2)
     assert task.temperature == trainer.temperature == 0.7  # sampled and trained alike
-    default = RunConfig()
+    default = config_of()  # the default preset's
     assert config.warmstart == default.warmstart and config.task.env_id == default.task.env_id
     assert trainer.online_eval == default.trainer.online_eval
 
@@ -62,7 +62,7 @@ def test_a_pulled_model_by_name_starts_as_it_is() -> None:
     config = config_of("--model", "smollm2-135m-instruct")
     assert config.model_dir == paths.models_dir() / "smollm2-135m-instruct"
     assert config.warmstart is None
-    assert config.task.env_kwargs == RunConfig().task.env_kwargs  # the same game
+    assert config.task.env_kwargs == config_of().task.env_kwargs  # the same task
 
 
 def test_a_model_directory_is_taken_and_a_named_warm_start_is_kept(tmp_path) -> None:
@@ -83,7 +83,10 @@ def test_no_warm_start_flag() -> None:
     [
         (["--model", "no-such-model"], "--model no-such-model: not a catalog model"),
         (["--steps", "0"], "trainer.total_steps: Input should be greater than or equal to 1"),
-        (["--max-turns", "4"], "warmstart.demos.max_turns must equal task.max_turns"),
+        (
+            ["--preset", "guess", "--max-turns", "4"],
+            "warmstart.demos.max_turns must equal task.max_turns",
+        ),
         (["--group-size", "1"], "group_size must be at least 2"),
     ],
 )
@@ -118,18 +121,19 @@ def test_help_reads_as_a_how_to(capsys) -> None:
 
 
 def test_several_envs_make_a_weighted_mixture_with_its_own_run_dir() -> None:
-    config = config_of("--env", "rollgym/GuessNumber-v0@3", "--env", f"{USER_ENV}@1.5")
-    task = config.task
-    assert (task.env_id, task.weight) == ("rollgym/GuessNumber-v0", 3.0)
-    assert task.env_kwargs == RunConfig().task.env_kwargs  # the first env is the preset's
+    config = config_of("--env", "rollgym/Compute-v0@3", "--env", f"{USER_ENV}@1.5")
+    task, preset = config.task, config_of()
+    assert (task.env_id, task.weight) == ("rollgym/Compute-v0", 3.0)
+    assert task.env_kwargs == preset.task.env_kwargs  # the first env is the preset's
+    assert task.sandboxes == preset.task.sandboxes
     assert [(p.env_id, p.weight, p.env_kwargs) for p in task.mixture] == [(USER_ENV, 1.5, {})]
-    assert config.warmstart == RunConfig().warmstart  # it still plays the preset's game
-    assert config.run_dir.name == (
-        f"rollgym-GuessNumber-v0+example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
+    assert config.warmstart == preset.warmstart  # it still plays the preset's task
+    assert (
+        config.run_dir.name == f"rollgym-Compute-v0+example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
     )
     job = config.rollout_job()
     assert [(p.env_id, p.weight) for p in job.parts()] == [
-        ("rollgym/GuessNumber-v0", 3.0),
+        ("rollgym/Compute-v0", 3.0),
         (USER_ENV, 1.5),
     ]
 

@@ -17,8 +17,9 @@ def config_of(*argv: str) -> RunConfig:
     return parse_config(RunConfig, **run_config_values(_build_parser().parse_args(["run", *argv])))
 
 
-def test_the_default_is_the_built_in_run() -> None:
-    assert config_of() == RunConfig()
+def test_run_configs_own_defaults_are_the_guess_presets() -> None:
+    guess = config_of("--preset", "guess")
+    assert guess == RunConfig(run_dir=paths.runs_dir() / "guess")
 
 
 def test_a_partial_trainer_table_overrides_only_its_fields(tmp_path) -> None:
@@ -87,19 +88,22 @@ def test_seed_keeps_a_preset_without_warm_start_without_one() -> None:
     assert config.warmstart is None and config.trainer.seed == 2
 
 
-def test_the_compute_preset_trains_the_sandboxed_tool_task_with_its_own_demonstrations():
-    config = config_of("--preset", "compute")
+def test_the_built_in_run_trains_the_sandboxed_tool_task_with_its_own_demonstrations():
+    config = config_of()
     assert config.task.env_id == "rollgym/Compute-v0" and config.task.sandboxes > 0
     assert config.warmstart is not None and config.warmstart.demos.kind == "compute"
+    assert config.warmstart.demos.copies > 0 and config.warmstart.demos.drills > 0
     resolved = config.resolved_warmstart()
     assert resolved is not None and resolved.demos.env_kwargs == config.task.env_kwargs
+    assert config.run_dir.name == "default"
 
 
-def test_the_built_in_run_is_guess_number_with_no_box() -> None:
-    config = RunConfig()
+def test_the_guess_preset_is_guess_number_with_no_box() -> None:
+    config = config_of("--preset", "guess")
     assert config.task.env_id == "rollgym/GuessNumber-v0" and config.task.sandboxes == 0
     assert config.warmstart is not None and config.warmstart.demos.kind == "guess"
     assert config.warmstart.max_grad_norm == 1.0 and config.trainer.total_steps == 120
+    assert config.run_dir.name == "guess"  # never resumes the default's run
 
 
 @pytest.mark.parametrize(
@@ -124,7 +128,7 @@ def test_a_warm_start_for_another_task_is_refused_with_what_to_change(tmp_path, 
     file = tmp_path / "c.json"
     file.write_text(json.dumps(layer))
     with pytest.raises(TrainerConfigError, match=message):
-        config_of("--config", str(file))
+        config_of("--preset", "guess", "--config", str(file))
 
 
 def test_a_task_of_many_images_asks_its_server_for_boxes_of_any_image(tmp_path) -> None:

@@ -7,9 +7,11 @@ the host still work after it (``assert_still_fine``). Boundaries: box to host
 (``test_episode_to_episode``), agent to executor (``test_executor``), agent to reward
 (``test_reward_forgery``), agent to failure kind (``test_failure_kinds``), and boxes
 that outlive their owner (``test_owner_exit``). An escape found in the future becomes a
-test here first. The suite's ``pool`` runs every test twice: boxes on this machine's
-engine, and boxes on a remote Docker host (a second engine reached over mutual TLS,
-the executor through a relay in the box: ``sandboxes.docker.relay``).
+test here first. The suite's ``pool`` runs the tests of the box's own boundaries (host,
+other boxes, episodes, executor, owner exit) twice: boxes on this machine's engine, and
+boxes on a remote Docker host (a second engine reached over mutual TLS, the executor
+through a relay in the box: ``sandboxes.docker.relay``); the host's judging and parsing
+tests run on this machine's engine only (``conftest.ONLY_LOCAL``).
 """
 
 from __future__ import annotations
