@@ -38,7 +38,7 @@ from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
 from rollgym.run.summary import write_summary
-from rollgym.run.task import TaskConfig
+from rollgym.run.task import TaskConfig, claim_run_dir
 from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
 from rollgym.trainer.client import ServerClient
@@ -288,7 +288,7 @@ def run_default(
         from rollgym.doctor.report import before_run
 
         before_run(config, printer)
-    config.run_dir.mkdir(parents=True, exist_ok=True)
+    claim_run_dir(config.run_dir, config.task)
     warmstart = config.resolved_warmstart()
     if warmstart is None:
         printer(f"[1/5] warm start: none, the policy starts as {config.model_dir.name}")

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollgym.contract.wire import CurriculumSettings, MixedEnv
 from rollgym.run.demos import GUESS_ID, GUESS_RULES
+from rollgym.trainer.errors import TrainerConfigError
+
+TASK_FILE = "task.json"
 
 
 class TaskConfig(BaseModel):
@@ -73,3 +78,30 @@ class TaskConfig(BaseModel):
             "ROLLGYM_SANDBOXES__POOL_SIZE": str(self.sandboxes),
             "ROLLGYM_SANDBOXES__MAX_BOXES": str(self.max_boxes),
         }
+
+
+def claim_run_dir(run_dir: Path, task: TaskConfig) -> None:
+    """Refuse to resume a run dir that holds another task's run, then mark it with ``task``.
+
+    Resuming would train the new task from the old one's checkpoints and report a mix (a
+    run dir of GuessNumber, the built-in run before the tool task, is the likely one). The
+    envs are what must match (ids, kwargs, the mixture); a run may change its sampling or
+    boxes.
+    A run dir from before the marker is read from its ``summary.json``.
+    """
+    marker, summary = run_dir / TASK_FILE, run_dir / "summary.json"
+    held: dict[str, Any] | None = None
+    if marker.is_file():
+        held = json.loads(marker.read_text())
+    elif summary.is_file():
+        held = json.loads(summary.read_text()).get("config", {}).get("task")
+    now = task.model_dump(mode="json")
+    if held is not None:
+        envs = ("env_id", "env_kwargs", "mixture")
+        if [held.get(k) or None for k in envs] != [now.get(k) or None for k in envs]:
+            raise TrainerConfigError(
+                f"{run_dir} holds a run of {held['env_id']}, not {task.env_id}: add --restart "
+                "to start this task over there, or give it its own --run-dir"
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(now, indent=2))

@@ -148,3 +148,23 @@ def test_a_lora_table_turns_the_smollm2_preset_into_a_lora_run(tmp_path) -> None
     peft = config.grpo.lora.peft_config()
     assert peft.r == 16 and peft.lora_alpha == 32 and "down_proj" in peft.target_modules
     assert config_of("--preset", "smollm2").grpo.lora is None  # off unless asked
+
+
+def test_a_run_dir_of_another_task_is_refused_and_the_same_task_resumes(tmp_path) -> None:
+    from rollgym.run.task import TASK_FILE, claim_run_dir
+    from rollgym.trainer.errors import TrainerConfigError
+
+    tool_task, guess = config_of().task, config_of("--preset", "guess").task
+    old = tmp_path / "old"  # a finished GuessNumber run from before the marker
+    old.mkdir()
+    (old / "summary.json").write_text(json.dumps({"config": {"task": guess.model_dump()}}))
+    with pytest.raises(TrainerConfigError, match="holds a run of rollgym/GuessNumber-v0"):
+        claim_run_dir(old, tool_task)
+    claim_run_dir(old, guess)  # its own task resumes, and the dir is now marked
+    assert json.loads((old / TASK_FILE).read_text())["env_id"] == guess.env_id
+
+    fresh = tmp_path / "fresh"
+    claim_run_dir(fresh, tool_task)
+    claim_run_dir(fresh, tool_task.model_copy(update={"sandboxes": 4}))  # boxes may change
+    with pytest.raises(TrainerConfigError, match="--restart"):
+        claim_run_dir(fresh, tool_task.model_copy(update={"env_kwargs": {"digits": 5}}))
