@@ -117,15 +117,26 @@ def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_mod
     """The built-in run (the tool task) shrunk: the policy calls the python tool in boxes of the
     server's warm pool, and the run reports the sandbox's turns apart from the model's.
 
-    It starts from the test model that calls the tool (``tool_model_dir``) instead of the
-    preset's warm start, which takes minutes; that model's rewards differ within a group
-    only by its rejected messages (-0.05 each), enough for GRPO to take a step."""
+    It starts from the test model that calls the tool (``tool_model_dir``) and a warm start
+    of the preset's three phases shrunk to a step each at a low rate (the preset's takes
+    minutes); that model's rewards differ within a group only by its rejected messages
+    (-0.05 each), enough for GRPO to take a step."""
     run_dir = tmp_path / "compute"
     config = tmp_path / "compute.json"
     small = {
         "run_dir": str(run_dir),
         "model_dir": str(tool_model_dir),
-        "warmstart": None,
+        "warmstart": {
+            "demos": {
+                "kind": "compute",
+                "copies": 64,
+                "drills": 32,
+                "episodes": 32,
+                "copy_learning_rate": 1e-5,
+                "drill_learning_rate": 1e-5,
+            },
+            "learning_rate": 1e-5,
+        },
         "task": {"sandboxes": 4},
         "trainer": {
             "output_dir": "grpo",
@@ -149,6 +160,8 @@ def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_mod
     assert "sandboxes) on loopback" in done.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["config"]["task"]["env_id"] == "rollgym/Compute-v0"
+    warm = json.loads((run_dir / "warmstart" / "rollgym-warmstart.json").read_text())
+    assert warm["config"]["demos"]["copies"] == 64  # the copies, the drills, the plays
     # the box was in the loop: turns ran code in the sandboxes, timed apart from the model
     latency = summary["turn_latency_s"]
     assert {"model", "environment", "sandbox"} <= set(latency)
