@@ -14,6 +14,7 @@ demonstrations travel the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -28,6 +29,17 @@ COMPUTE_ID, GUESS_ID = "rollgym/Compute-v0", "rollgym/GuessNumber-v0"
 # Demonstration task seeds start here: far from the training seeds (0, 1, ... and
 # ``seed`` x 100,000) and from the held-out (10,000,000) and online-evaluation ones.
 DEMO_SEEDS = 30_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstPhase:
+    """Records a warm start trains before the demonstrations' conversations, at their own
+    peak learning rate and ``batch_scale`` times the warm start's batch."""
+
+    name: str
+    records: list[ChatRecord]
+    learning_rate: float
+    batch_scale: int
 
 
 class ComputeDemos(BaseModel):
@@ -77,6 +89,13 @@ class ComputeDemos(BaseModel):
             self.episodes, seed=base, direct_share=self.direct_share, **(self.env_kwargs or {})
         )
         return [chat_record(conversation, [PYTHON_TOOL.to_openai()]) for conversation in plays]
+
+    def first_phases(self, seed: int) -> list[FirstPhase]:
+        """The copies (at twice the batch), then the drills, before the conversations."""
+        return [
+            FirstPhase("copies", self.copy_records(seed), self.copy_learning_rate, 2),
+            FirstPhase("drills", self.drill_records(seed), self.drill_learning_rate, 1),
+        ]
 
     def copy_records(self, seed: int) -> list[ChatRecord]:
         from rollgym.envs.compute_demos import copies
@@ -153,16 +172,5 @@ class GuessDemos(BaseModel):
         conversations += endgames(self.endgame_episodes, seed=endgame_seed, **game)
         return [chat_record(conversation) for conversation in conversations]
 
-    def copy_records(self, seed: int) -> list[ChatRecord]:
-        return []  # the game copies nothing from its context
-
-    @property
-    def copy_learning_rate(self) -> float:
-        return 0.0  # no copy phase
-
-    def drill_records(self, seed: int) -> list[ChatRecord]:
+    def first_phases(self, seed: int) -> list[FirstPhase]:
         return []  # its drills train beside the games (``drill_episodes``)
-
-    @property
-    def drill_learning_rate(self) -> float:
-        return 0.0  # no drill phase

@@ -86,8 +86,7 @@ def claim_run_dir(run_dir: Path, task: TaskConfig) -> None:
     Resuming would train the new task from the old one's checkpoints and report a mix (a
     run dir of GuessNumber, the built-in run before the tool task, is the likely one). The
     envs are what must match (ids, kwargs, the mixture); a run may change its sampling or
-    boxes.
-    A run dir from before the marker is read from its ``summary.json``.
+    boxes. A run dir from before the marker is read from its ``summary.json``.
     """
     marker, summary = run_dir / TASK_FILE, run_dir / "summary.json"
     held: dict[str, Any] | None = None

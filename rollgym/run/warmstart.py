@@ -125,16 +125,6 @@ def sft_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, li
     return _shuffled(codec, demonstration_records(config), config.seed)
 
 
-def copy_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
-    """The demonstrations' generic copy sequences (trained first), pre-tokenized, shuffled."""
-    return _shuffled(codec, config.demos.copy_records(config.seed), config.seed)
-
-
-def drill_examples(config: WarmStartConfig, codec: ChatCodec) -> list[dict[str, list[int]]]:
-    """The demonstrations' drills (trained first), pre-tokenized and shuffled."""
-    return _shuffled(codec, config.demos.drill_records(config.seed), config.seed)
-
-
 def _shuffled(codec: ChatCodec, records: list[ChatRecord], seed: int) -> list[dict[str, list[int]]]:
     examples = [
         tokenize_conversation(codec, template_messages(record), record.tools) for record in records
@@ -160,11 +150,11 @@ def warm_start(
 ) -> Path:
     """Fine-tune ``base_model`` on the demonstrations into ``out_dir`` (idempotent).
 
-    Up to three phases (``rollgym.run.demos``): generic copies (twice the batch) and the
-    task's drills, each at its own peak learning rate, then the conversations at
-    ``learning_rate``, each on a cosine schedule after a 5% warm-up; a phase without
-    examples is skipped. With ``config.lora`` every phase trains one adapter,
-    merged into the saved model. ``printer`` gets a progress line at every TRL log step.
+    The demonstrations' first phases (``rollgym.run.demos``: Compute's generic copies at
+    twice the batch, then its drills), each at its own peak learning rate, then the
+    conversations at ``learning_rate``, each on a cosine schedule after a 5% warm-up; a
+    phase without examples is skipped. With ``config.lora`` every phase trains one
+    adapter, merged into the saved model. ``printer`` gets a progress line at every TRL log step.
     """
     if is_warm(out_dir, config):
         return out_dir
@@ -175,12 +165,15 @@ def warm_start(
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model: Any = AutoModelForCausalLM.from_pretrained(base_model, dtype="float32")
     codec = ChatCodec(tokenizer)
-    demos, batch = config.demos, config.batch_size
+    batch = config.batch_size
     phases = [
-        Phase("copies", copy_examples(config, codec), demos.copy_learning_rate, 1.0, 2 * batch),
-        Phase("drills", drill_examples(config, codec), demos.drill_learning_rate, 1.0, batch),
-        Phase("SFT", sft_examples(config, codec), config.learning_rate, config.epochs, batch),
-    ]
+        Phase(first.name, _shuffled(codec, first.records, config.seed), first.learning_rate,
+              1.0, first.batch_scale * batch)
+        for first in config.demos.first_phases(config.seed)
+    ]  # fmt: skip
+    phases.append(
+        Phase("SFT", sft_examples(config, codec), config.learning_rate, config.epochs, batch)
+    )
     if config.lora is not None:
         from peft import get_peft_model
 
