@@ -54,8 +54,8 @@ def main() -> None:
     parser.add_argument("--config", type=Path, help="JSON of RunConfig fields over the preset")
     args = parser.parse_args()
 
+    from rollgym.run.flags import layered, preset_base
     from rollgym.run.pipeline import RunConfig, run_default
-    from rollgym.run.presets import PRESETS, merged
     from rollgym.trainer.config import parse_config
 
     recipe = json.loads(args.config.read_text()) if args.config else {}
@@ -65,7 +65,7 @@ def main() -> None:
         run_dir = args.run_dir / f"seed-{seed}"
         shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, never a resumed one
         run = {"run_dir": run_dir, "eval_episodes": args.episodes, "seed": seed}
-        values = merged(PRESETS[args.preset](), recipe, run)
+        values = layered(preset_base(args.preset), recipe, run)
         config = parse_config(RunConfig, **values)
         load_before = os.getloadavg()[0]
         report = run_default(config)

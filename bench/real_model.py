@@ -118,15 +118,12 @@ def run_rows(run_dir: Path, seed: int | None) -> list[Row]:
     """
     import shutil
 
+    from rollgym.run.flags import preset_base
     from rollgym.run.pipeline import RunConfig, run_default
-    from rollgym.run.presets import PRESETS, merged
+    from rollgym.run.presets import merged
 
     shutil.rmtree(run_dir, ignore_errors=True)
-    values = merged(
-        RunConfig().model_dump(mode="json"),
-        PRESETS["smollm2"](),
-        {"run_dir": str(run_dir), "seed": seed},
-    )
+    values = merged(preset_base("smollm2"), {"run_dir": str(run_dir), "seed": seed})
     started = time.monotonic()
     report = run_default(RunConfig.model_validate(values), printer=lambda line: None)
     wall = time.monotonic() - started

@@ -10,11 +10,14 @@ running server).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
 from rollgym.contract import paths
-from rollgym.run.flags import USAGE, add_run_flags, flag_layer, layered
+from rollgym.run.flags import USAGE, add_run_flags, flag_layer, layered, preset_base
 from rollgym.run.presets import PRESETS
 from rollgym.trainer.config import Tracker
 from rollgym.trainer.errors import TrainerConfigError
@@ -93,12 +96,7 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
 
 def run_config_values(args: argparse.Namespace) -> dict[str, Any]:
     """The layers of ``rollgym run``'s config, merged (``rollgym.run.flags.layered``)."""
-    import json
-
-    from rollgym.run.pipeline import RunConfig
-    from rollgym.run.presets import merged
-
-    base = merged(json.loads(RunConfig().model_dump_json()), PRESETS[args.preset]())
+    base = preset_base(args.preset)
     from_file = _config_file(args.config) if args.config else {}
     return layered(base, from_file, flag_layer(args))
 
@@ -141,7 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.restart:
         shutil.rmtree(config.run_dir, ignore_errors=True)
     try:
-        report = run_default(config, doctor=not args.no_doctor)
+        with sigterm_as_interrupt():
+            report = run_default(config, doctor=not args.no_doctor)
     except TrainerConfigError as exc:  # found once the run looks: no model, no env...
         print(f"rollgym run: {exc}", file=sys.stderr)
         return 2
@@ -153,6 +152,22 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     print(f"done in {report.wall_s / 60:.1f} min: {report.report_png}, {report.summary_json}")
     return 0
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a job scheduler's stop, ``kill``) ends the block as Ctrl-C does: the run
+    stops its server and boxes on the way out, where the default action would leave them
+    running with nobody to stop them."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _train(args: argparse.Namespace) -> int:

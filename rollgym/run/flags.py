@@ -5,8 +5,8 @@ A run's config is built in layers (``rollgym.run.presets``): the defaults, the p
 what belonged to the old one, unless the file or a flag names it again:
 
 * a new env (``--env``, or ``task.env_id`` in the file) starts with no env kwargs and the
-  task table's own defaults, not the preset's (the built-in task's ``digits``, boxes and
-  tokens mean nothing to another env);
+  task table's own defaults, not the preset's (the built-in task's ``digits``, boxes,
+  tokens and temperature mean nothing to another env; the trainer's temperature follows);
 * a new env or model starts without the preset's warm start (its demonstrations play the
   preset's env, and the default preset's SFT exists because the 3.3M default model starts
   random; a pulled or trained model starts as it is);
@@ -166,6 +166,14 @@ def flag_layer(args: argparse.Namespace) -> Values:
     return out
 
 
+def preset_base(preset: str) -> Values:
+    """``RunConfig``'s defaults under the preset: the base that the user's layers go over."""
+    from rollgym.run.pipeline import RunConfig
+    from rollgym.run.presets import PRESETS, merged
+
+    return merged(json.loads(RunConfig().model_dump_json()), PRESETS[preset]())
+
+
 def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
     """``base`` (defaults and preset) under the user's layers, with the module's three rules."""
     from rollgym.run.presets import merged
@@ -180,6 +188,8 @@ def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
 
         defaults = TaskConfig().model_dump(mode="json")
         out["task"] = merged(defaults, {"env_kwargs": {}}, user_task)
+        if "temperature" not in (user.get("trainer") or {}):  # trained as it is sampled
+            out["trainer"] = {**out["trainer"], "temperature": out["task"]["temperature"]}
     new_model = str(user.get("model_dir", base["model_dir"])) != str(base["model_dir"])
     if (new_env or new_model) and "warmstart" not in user:
         out["warmstart"] = None

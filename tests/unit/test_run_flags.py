@@ -11,6 +11,7 @@ from rollgym.cli import _build_parser, main
 from rollgym.contract import paths
 from rollgym.run.commands import run_config_values
 from rollgym.run.pipeline import RunConfig
+from rollgym.run.task import TaskConfig
 from rollgym.trainer.config import parse_config
 
 USER_ENV = "example/Reverse-v0"
@@ -23,14 +24,14 @@ def config_of(*argv: str) -> RunConfig:
 def test_each_knob_sets_its_field_and_keeps_the_rest_of_the_preset() -> None:
     config = config_of(
         "--steps", "7", "--group-size", "4", "--groups-per-batch", "3", "--lr", "1e-5",
-        "--max-tokens", "32", "--temperature", "0.7", "--sandboxes", "2",
+        "--max-tokens", "32", "--temperature", "0.9", "--sandboxes", "2",
         "--report-to", "tensorboard",
     )  # fmt: skip
     trainer, task = config.trainer, config.task
     assert (trainer.total_steps, trainer.group_size, trainer.groups_per_batch) == (7, 4, 3)
     assert trainer.learning_rate == 1e-5 and trainer.report_to == ["tensorboard"]
     assert (task.max_tokens, task.sandboxes) == (32, 2)
-    assert task.temperature == trainer.temperature == 0.7  # sampled and trained alike
+    assert task.temperature == trainer.temperature == 0.9  # sampled and trained alike
     default = config_of()  # the default preset's
     assert config.warmstart == default.warmstart and config.task.env_id == default.task.env_id
     assert trainer.online_eval == default.trainer.online_eval
@@ -40,6 +41,8 @@ def test_a_new_env_starts_clean_no_game_kwargs_no_warm_start_its_own_run_dir() -
     config = config_of("--env", USER_ENV, "--max-tokens", "24")
     assert config.task.env_id == USER_ENV and config.task.env_kwargs == {}
     assert config.warmstart is None
+    # the built-in task's 0.7 was its own: the env's default, trained as sampled
+    assert config.task.temperature == config.trainer.temperature == TaskConfig().temperature
     assert config.run_dir == paths.runs_dir() / f"example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
     assert config.rollout_job().env_id == USER_ENV
 
@@ -163,3 +166,16 @@ def test_a_curriculum_without_a_pool_gets_one_line(capsys) -> None:
     assert main(["run", "--no-doctor", "--curriculum"]) == 2
     err = capsys.readouterr().err
     assert "a curriculum needs task.seed_pool (--seed-pool N)" in err and err.count("\n") == 1
+
+
+def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_the_old_handler_comes_back() -> None:
+    import os
+    import signal
+
+    from rollgym.run.commands import sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()  # never reached: the handler raises first
+    assert signal.getsignal(signal.SIGTERM) is before

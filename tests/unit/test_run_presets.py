@@ -27,9 +27,9 @@ def test_a_partial_trainer_table_overrides_only_its_fields(tmp_path) -> None:
     file.write_text(json.dumps({"trainer": {"seed": 1}}))
     config = config_of("--config", str(file))
     assert config.trainer.seed == 1
-    assert config.trainer.model_dump(exclude={"seed"}) == RunConfig().trainer.model_dump(
-        exclude={"seed"}
-    )
+    preset = config_of().trainer
+    assert config.trainer.model_dump(exclude={"seed"}) == preset.model_dump(exclude={"seed"})
+    assert preset.temperature == 0.7 != RunConfig().trainer.temperature  # the preset's own
 
 
 def test_the_smollm2_preset_starts_the_pulled_model_without_a_warm_start(tmp_path) -> None:
