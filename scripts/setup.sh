@@ -294,4 +294,12 @@ main() {
   log "done in $(( SECONDS - t0 )) s"
 }
 
-if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi
+# One set-up at a time on a machine: the Docker engine, its images and the wheelhouse are
+# shared, and a second set-up (make run beside make test, or beside the e2e tier's
+# background app-image build) waits, then finds everything done.
+one_at_a_time() {
+  exec 9>"${TMPDIR:-/tmp}/rollgym-setup-$(id -u).lock"
+  flock 9
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then one_at_a_time; main "$@"; fi
