@@ -137,8 +137,9 @@ def test_pydantic_ai_output_type_trains(server, tool_model_dir, tmp_path) -> Non
     codec = ChatCodec.from_model_dir(tool_model_dir)
     for done, output in played:
         trajectory = by_id[done.trajectory_id]
-        [span] = model_spans(trajectory)
-        # one call or more ("required"); pydantic-ai's output is the first
+        # pydantic-ai asks again after an output that fails validation: its output is the
+        # last reply's, whose calls ("required": one or more) give it in the first
+        span = model_spans(trajectory)[-1]
         written = parse_tool_calls(codec.decode(span), {"final_result"}).calls
         assert written and Number.model_validate_json(written[0].arguments) == output
         assert not trajectory.terminated  # a tool the env does not offer: no answer to it
