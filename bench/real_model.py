@@ -118,12 +118,11 @@ def run_rows(run_dir: Path, seed: int | None) -> list[Row]:
     """
     import shutil
 
-    from rollgym.run.flags import preset_base
+    from rollgym.run.flags import layered, preset_base
     from rollgym.run.pipeline import RunConfig, run_default
-    from rollgym.run.presets import merged
 
     shutil.rmtree(run_dir, ignore_errors=True)
-    values = merged(preset_base("smollm2"), {"run_dir": str(run_dir), "seed": seed})
+    values = layered(preset_base("smollm2"), {"run_dir": str(run_dir), "seed": seed})
     started = time.monotonic()
     report = run_default(RunConfig.model_validate(values), printer=lambda line: None)
     wall = time.monotonic() - started

@@ -6,12 +6,15 @@ what belonged to the old one, unless the file or a flag names it again:
 
 * a new env (``--env``, or ``task.env_id`` in the file) starts with no env kwargs and the
   task table's own defaults, not the preset's (the built-in task's ``digits``, boxes,
-  tokens and temperature mean nothing to another env; the trainer's temperature follows);
+  tokens and temperature mean nothing to another env);
 * a new env or model starts without the preset's warm start (its demonstrations play the
   preset's env, and the default preset's SFT exists because the 3.3M default model starts
   random; a pulled or trained model starts as it is);
 * a new env, mixture or model gets a run dir of its own (``runs/<envs>-<model>``), so it
   never resumes the preset's run.
+
+The trainer's temperature is the task's (TRL recomputes the sampled tokens' logprobs at
+it) unless the file names ``trainer.temperature``.
 
 Several ``--env ID[@WEIGHT]`` make a mixture: the first is ``task.env_id``, the others
 ``task.mixture``.
@@ -175,7 +178,7 @@ def preset_base(preset: str) -> Values:
 
 
 def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
-    """``base`` (defaults and preset) under the user's layers, with the module's three rules."""
+    """``base`` (defaults and preset) under the user's layers, with the module's rules."""
     from rollgym.run.presets import merged
 
     user = merged(*user_layers)
@@ -188,8 +191,8 @@ def layered(base: Values, *user_layers: Mapping[str, Any]) -> Values:
 
         defaults = TaskConfig().model_dump(mode="json")
         out["task"] = merged(defaults, {"env_kwargs": {}}, user_task)
-        if "temperature" not in (user.get("trainer") or {}):  # trained as it is sampled
-            out["trainer"] = {**out["trainer"], "temperature": out["task"]["temperature"]}
+    if "temperature" not in (user.get("trainer") or {}):  # trained as it is sampled
+        out["trainer"] = {**out["trainer"], "temperature": out["task"]["temperature"]}
     new_model = str(user.get("model_dir", base["model_dir"])) != str(base["model_dir"])
     if (new_env or new_model) and "warmstart" not in user:
         out["warmstart"] = None

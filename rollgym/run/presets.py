@@ -37,7 +37,7 @@ _SMOLLM2 = "smollm2-135m-instruct"
 def _tool_task() -> Values:
     return {
         # a call and its answer fit 64 tokens; one box per episode a group batch plays
-        # sampled at 0.7 (the trainer's temperature must match): at 1.0 one miscopied digit
+        # sampled (and so trained) at 0.7: at 1.0 one miscopied digit
         # in the call or the answer failed most episodes (docs/training.md, "The tool task")
         "task": {
             "env_id": COMPUTE_ID,
@@ -48,7 +48,6 @@ def _tool_task() -> Values:
         },
         # copies, then drills, each at its own rate, then the conversations (docs/training.md)
         "warmstart": {"demos": {"kind": "compute"}, "epochs": 1.0, "learning_rate": 1e-3},
-        "trainer": {"temperature": 0.7},
     }
 
 
