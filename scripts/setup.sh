@@ -35,6 +35,15 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi; }
 
+# Start a daemon that outlives this script ($1: its log, then its command). It must not
+# inherit the one-set-up-at-a-time lock (fd 9, one_at_a_time): a dockerd holding it made
+# every later set-up on the machine, the e2e tier's app-image build among them, wait forever.
+start_daemon() {
+  local log=$1
+  shift
+  as_root bash -c 'nohup "$@" >>"$0" 2>&1 </dev/null & disown' "$log" "$@" 9>&-
+}
+
 require_free_disk() { # $1: path, $2: GiB needed, $3: what for
   local avail_kb
   avail_kb=$(df -Pk "$1" | awk 'NR==2 {print $4}')
@@ -109,7 +118,7 @@ setup_docker() {
   [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null \
     || die "no Docker engine answers and starting dockerd needs root. Start Docker (sudo systemctl start docker) and add yourself to the docker group."
   log "docker: starting dockerd (log: $DOCKERD_LOG)"
-  as_root bash -c "nohup dockerd >>'$DOCKERD_LOG' 2>&1 </dev/null & disown" || die "could not start dockerd"
+  start_daemon "$DOCKERD_LOG" dockerd || die "could not start dockerd"
   for _ in $(seq 1 60); do
     docker_answers && { log "docker: engine answers"; return; }
     sleep 1
@@ -298,7 +307,10 @@ main() {
 # shared, and a second set-up (make run beside make test, or beside the e2e tier's
 # background app-image build) waits, then finds everything done.
 one_at_a_time() {
-  exec 9>"${TMPDIR:-/tmp}/rollgym-setup-$(id -u).lock"
+  local lock="${TMPDIR:-/tmp}/rollgym-setup-$(id -u).lock"
+  exec 9>"$lock"
+  flock -n 9 && return
+  log "waiting for the set-up that holds $lock (fuser $lock names it)"
   flock 9
 }
 

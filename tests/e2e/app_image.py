@@ -20,6 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEST = Path(__file__).with_name("test_compose_e2e.py")
+# Minutes on a new machine; past this it hangs (once: waiting on a set-up lock that a
+# daemon had inherited), and a hang should fail this test, not eat the whole CI run.
+BUILD_TIMEOUT_S = 20 * 60
 _BUILD = pytest.StashKey[tuple[subprocess.Popen[bytes], Path]]()
 
 
@@ -37,7 +40,14 @@ def wait(config: pytest.Config) -> None:
     if _BUILD not in config.stash:
         _start(config)
     build, log = config.stash[_BUILD]
-    if build.wait() != 0:
+    try:
+        code = build.wait(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(build.pid, signal.SIGTERM)
+        pytest.fail(
+            f"scripts/setup.sh app-image ran past {BUILD_TIMEOUT_S} s ({log}):\n{log.read_text()[-3000:]}"
+        )
+    if code != 0:
         pytest.fail(f"scripts/setup.sh app-image failed ({log}):\n{log.read_text()[-3000:]}")
 
 
