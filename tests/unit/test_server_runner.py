@@ -331,8 +331,10 @@ async def test_a_resumed_job_keeps_its_curriculums_memory(codec, buffer, tmp_pat
         return RolloutRunner(episodes, buffer, ServerMetrics(), config, job_path=job_path, seed=0)
 
     first = restarted()
+    # a wide window: nothing pulls, so the groups the first runner makes before it closes
+    # use up the window the second one has (with 8, a first runner that made 6 starved it)
     job = RolloutJob(
-        env_id=SCRIPTED, group_size=2, groups_per_batch=8, max_staleness=0, seeds=[1, 2],
+        env_id=SCRIPTED, group_size=2, groups_per_batch=64, max_staleness=0, seeds=[1, 2],
         curriculum=CurriculumSettings(window=1, floor=0.0),
     )  # fmt: skip
     await first.start(job)
