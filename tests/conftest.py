@@ -8,8 +8,12 @@ never faked outside ``tests/unit``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -87,7 +91,10 @@ def remote_docker_host():  # type: ignore[no-untyped-def]
     from rollgym.sandboxes.config import RemoteHost
 
     script = Path(__file__).parents[1] / "scripts" / "remote_dockerd.sh"
-    started = subprocess.run([script, "start"], capture_output=True, text=True)
+    with one_worker_at_a_time(
+        Path(tempfile.gettempdir()) / f"rollgym-remote-dockerd-{os.getuid()}.lock"
+    ):
+        started = subprocess.run([script, "start"], capture_output=True, text=True)
     if started.returncode != 0:
         pytest.fail(f"the remote Docker engine did not start: {started.stderr.strip()}")
     lines = subprocess.run([script, "env"], capture_output=True, text=True, check=True).stdout
@@ -113,4 +120,17 @@ def tool_model_dir(default_model_dir: Path) -> Path:
         learning_rate=3e-3,
         max_grad_norm=None,
     )
-    return warm_start(config, default_model_dir, models_dir() / "test-tool-caller")
+    target = models_dir() / "test-tool-caller"
+    with one_worker_at_a_time(target.with_suffix(".lock")):  # the other finds it made
+        return warm_start(config, default_model_dir, target)
+
+
+@contextlib.contextmanager
+def one_worker_at_a_time(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock`` (a file): make test's two pytest-xdist workers
+    each run the session fixtures, and those that make something on the machine must not
+    make it twice at once."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
