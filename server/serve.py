@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
+import threading
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests running at a weight update (ROLLGYM_ENGINE__IN_FLIGHT)",
     )
     parser.add_argument("--log-level", default="info", help="uvicorn's log level")
+    parser.add_argument(
+        "--parent-pipe",
+        type=int,
+        metavar="FD",
+        help="stop (as on SIGTERM) when this inherited pipe closes: the process that started "
+        "the server and holds the pipe's other end is gone, even if it was killed with -9",
+    )
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -70,6 +79,8 @@ def serve(args: argparse.Namespace) -> int:
             "Is another server running there? Stop it or pick another --port."
         )
         return 2
+    if args.parent_pipe is not None:
+        stop_when_parent_dies(args.parent_pipe)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level=args.log_level))
     with listener:
         server.run(sockets=[listener])
@@ -89,3 +100,17 @@ def listen(host: str, port: int) -> socket.socket:
         listener.close()
         raise
     return listener
+
+
+def stop_when_parent_dies(fd: int) -> None:
+    """Send ourselves SIGTERM, the graceful stop (boxes removed, buffer closed), once the
+    pipe ``fd`` reads end-of-file: the kernel closes its write end when the parent that
+    holds it exits, however it exits. A parent killed with -9 gets no chance to stop us."""
+
+    def watch() -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while pipe.read(1):
+                pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-pipe", daemon=True).start()

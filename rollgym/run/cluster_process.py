@@ -28,6 +28,7 @@ class ClusterProcess(ServerProcess):
     """``rollgym cluster up`` as a child process (see the module docstring)."""
 
     command = ("cluster", "up")
+    follows_parent = False  # `rollgym cluster up` takes no --parent-pipe
 
     def __init__(
         self,

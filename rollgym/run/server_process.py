@@ -10,7 +10,10 @@ variables, and talk to it over HTTP like any other client::
 
 Leaving the ``with`` block stops the server (SIGTERM, then SIGKILL after a grace period);
 its output goes to ``log_path``. ``kill`` is a crash (SIGKILL to the server and its engine
-process, no shutdown); ``start`` again brings it back on the same port and data dir.
+process, no shutdown); ``start`` again brings it back on the same port and data dir. The
+server stops itself when this process dies, even by SIGKILL: it holds a pipe whose other
+end only this process has (``rollgym serve --parent-pipe``), so no server and no boxes are
+left running after a killed run.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class ServerProcess:
     """A ``rollgym serve`` child process; a context manager (see the module docstring)."""
 
     command: tuple[str, ...] = ("serve",)
+    follows_parent = True  # the command takes --parent-pipe (see the module docstring)
 
     def __init__(
         self,
@@ -80,6 +84,7 @@ class ServerProcess:
         self.stop_timeout_s = stop_timeout_s
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
+        self._lifeline: int | None = None  # our end of the server's --parent-pipe
 
     @property
     def url(self) -> str:
@@ -115,14 +120,22 @@ class ServerProcess:
             **({"OMP_NUM_THREADS": str(self.threads)} if self.threads else {}),
             **self.settings,
         }
+        command = [sys.executable, "-m", "rollgym.cli", *self.command]
+        lifeline = None
+        if self.follows_parent:  # both ends are closed in any other child (non-inheritable)
+            lifeline, self._lifeline = os.pipe()
+            command += ["--parent-pipe", str(lifeline)]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "rollgym.cli", *self.command],
+                command,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches us, not it
+                pass_fds=() if lifeline is None else (lifeline,),
             )
+        if lifeline is not None:
+            os.close(lifeline)
         if self.cores is not None:  # before it starts its engine (a child) or any thread
             pin_process(self.cores, self._process.pid)
         self._wait_ready()
@@ -165,14 +178,14 @@ class ServerProcess:
     def stop(self) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``stop_timeout_s``."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._cut_lifeline()
 
     def kill(self) -> None:
         """A crash: SIGKILL to the server's process group (its engine process included)."""
@@ -180,6 +193,12 @@ class ServerProcess:
         if process is not None and process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        self._cut_lifeline()
+
+    def _cut_lifeline(self) -> None:
+        lifeline, self._lifeline = self._lifeline, None
+        if lifeline is not None:
+            os.close(lifeline)
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log_path.is_file():
