@@ -8,6 +8,8 @@ this, a ``rollgym run`` killed with -9 left its server and every warm box runnin
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -37,6 +39,18 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _group(leader: int) -> list[int]:
+    """The live processes of ``leader``'s process group (the server and its engine)."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == leader and _alive(process.pid):
+                members.append(process.pid)
+        except ProcessLookupError:
+            continue
+    return members
 
 
 def _wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -78,11 +92,13 @@ def test_a_server_whose_parent_is_killed_stops_and_removes_its_boxes(
 
         parent.kill()  # -9: no handler runs, nothing is stopped by the parent
         parent.wait()
-        _wait_until(lambda: not _alive(server_pid), 60, "the orphaned server did not stop")
+        _wait_until(
+            lambda: not _group(server_pid), 60, "the orphaned server or its engine did not stop"
+        )
         assert boxes() == [], "the server stopped and left its boxes behind"
     finally:
         parent.kill()
-        if server_pid and _alive(server_pid):
-            psutil.Process(server_pid).kill()
+        if server_pid and _group(server_pid):
+            os.killpg(server_pid, signal.SIGKILL)  # it leads its group: its engine too
         for box in boxes():
             box.remove(force=True)  # type: ignore[attr-defined]
