@@ -8,15 +8,13 @@ never faked outside ``tests/unit``.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import signal
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 # vLLM on CPU: a fixed KV-cache budget (start-up fails a memory check without one) and the
 # engine core in-process (start-up drops from ~30 s to ~4 s at the same speed).
@@ -91,9 +89,8 @@ def remote_docker_host():  # type: ignore[no-untyped-def]
     from rollgym.sandboxes.config import RemoteHost
 
     script = Path(__file__).parents[1] / "scripts" / "remote_dockerd.sh"
-    with one_worker_at_a_time(
-        Path(tempfile.gettempdir()) / f"rollgym-remote-dockerd-{os.getuid()}.lock"
-    ):
+    # make test's two pytest-xdist workers each run the session fixtures: one starts it
+    with FileLock(Path(tempfile.gettempdir()) / f"rollgym-remote-dockerd-{os.getuid()}.lock"):
         started = subprocess.run([script, "start"], capture_output=True, text=True)
     if started.returncode != 0:
         pytest.fail(f"the remote Docker engine did not start: {started.stderr.strip()}")
@@ -121,16 +118,5 @@ def tool_model_dir(default_model_dir: Path) -> Path:
         max_grad_norm=None,
     )
     target = models_dir() / "test-tool-caller"
-    with one_worker_at_a_time(target.with_suffix(".lock")):  # the other finds it made
+    with FileLock(target.with_suffix(".lock")):  # one xdist worker makes it, the other finds it
         return warm_start(config, default_model_dir, target)
-
-
-@contextlib.contextmanager
-def one_worker_at_a_time(lock: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``lock`` (a file): make test's two pytest-xdist workers
-    each run the session fixtures, and those that make something on the machine must not
-    make it twice at once."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
