@@ -77,6 +77,14 @@ class TimedRun:
     result: Any  # rollgym.trainer.loop.TrainResult
     wall_s: float
     load: tuple[float, float]
+    started_at: float = 0.0  # time.time() when train was called: StepRecord.at's clock
+
+    def elapsed_s(self, step: int) -> float:
+        """Seconds from the ``train`` call to the end of optimizer step ``step`` (0: none)."""
+        if step == 0:
+            return 0.0
+        (record,) = (r for r in self.result.records if r.step == step)
+        return record.at - self.started_at
 
     @property
     def step_ends(self) -> list[float]:
@@ -93,7 +101,7 @@ def train_timed(run: Any, client: Any, warm_dir: Path) -> TimedRun:
     from rollgym.trainer.loop import train
 
     load_before = os.getloadavg()[0]
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     result = train(
         run.grpo,
         client,
@@ -103,4 +111,6 @@ def train_timed(run: Any, client: Any, warm_dir: Path) -> TimedRun:
     )
     wall = time.monotonic() - started
     client.stop_rollouts()
-    return TimedRun(result=result, wall_s=wall, load=(load_before, os.getloadavg()[0]))
+    return TimedRun(
+        result=result, wall_s=wall, load=(load_before, os.getloadavg()[0]), started_at=started_at
+    )
