@@ -124,15 +124,10 @@ def _run_mode(
     steps = args.steps if staleness == 0 else args.async_steps
     root = args.out / f"seed-{seed}" / name
     shutil.rmtree(root, ignore_errors=True)
+    game = {"low": 1, "high": 8, **GUESS_RULES}
     task = TaskConfig(
         env_id=SERVED_ID,
-        env_kwargs={
-            "low": 1,
-            "high": 8,
-            **GUESS_RULES,
-            "latency_s": args.env_latency,
-            "latency": args.latency,
-        },
+        env_kwargs={**game, "latency_s": args.env_latency, "latency": args.latency},
         max_turns=MAX_TURNS,
     )
     trainer_config = TrainerConfig(
@@ -160,7 +155,7 @@ def _run_mode(
                 client,
                 weights,
                 env_id="rollgym/GuessNumber-v0",  # the same task without the wait
-                env_kwargs={"low": 1, "high": 8, **GUESS_RULES},
+                env_kwargs=game,
                 seeds=held_out_seeds(args.eval_episodes),
                 max_turns=MAX_TURNS,
                 sampling=run.sampling(),
@@ -180,7 +175,7 @@ def _run_mode(
         "success": final_success(curve),
         "shares": result.stage_shares,
         "dropped": result.dropped,
-        "diagnosis": {**diagnose(result.records), **dropped_groups(root / "server")},
+        "diagnosis": {**diagnose(result), **dropped_groups(root / "server")},
         "load": timed.load,
     }
 
@@ -228,10 +223,11 @@ def time_to(curve: list[CurvePoint], level: float) -> float | None:
     return None
 
 
-def diagnose(records: list[Any]) -> dict[str, float]:
-    """Means over a run's steps of what tells an off-policy cost: the batch's reward, the
-    samples' lag and KL to the trainer's policy, the importance ratios' tails and the share
-    truncated, and the trust region's shortened or undone steps."""
+def diagnose(result: Any) -> dict[str, float]:
+    """Means over a run's steps (a ``TrainResult``) of what tells an off-policy cost: the
+    batch's reward, the samples' lag and KL to the trainer's policy, the importance ratios'
+    tails and the share truncated; and the trust region's shortened and undone steps."""
+    records = result.records
 
     def mean(key: str) -> float:
         values = [r.alarms[key] for r in records if key in r.alarms]
@@ -244,8 +240,8 @@ def diagnose(records: list[Any]) -> dict[str, float]:
         "is_p01": mean("is_ratio_p01"),
         "is_p99": mean("is_ratio_p99"),
         "is_truncated": mean("is_truncated"),
-        "shortened": sum(0 < r.alarms.get("step_scale", 1.0) < 1 for r in records),
-        "undone": sum(int(r.alarms.get("step_rejected", 0)) for r in records),
+        "shortened": result.shortened_steps,
+        "undone": result.undone_steps,
     }
 
 
