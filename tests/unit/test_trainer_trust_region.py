@@ -29,10 +29,24 @@ def _logps_of(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     return logits.log_softmax(-1).gather(-1, TOKENS.unsqueeze(-1)).squeeze(-1)
 
 
-def _one_step(max_kl: float, lr: float, tries: int = 3) -> dict:
-    """One Adam step on a fixed batch under the trust region: the region, what it recorded,
-    the model, its optimizer, the weights from before the step and those Adam made, and
-    Adam's second moment from before the step."""
+def _saturating(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """A policy where one token's logprob is steep in the weights: it falls by up to 1.33
+    as the weights leave the step's start, three quarters of the way at a distance of 1e-3.
+    A step's KL then saturates near 0.19 until it is cut to a few thousandths of itself, as at the
+    weights where two benchmark runs stalled (issue 43)."""
+    start = batch["start_weights"]
+    moved = [(p - s).flatten() for p, s in zip(model.parameters(), start, strict=True)]
+    distance = torch.cat(moved).norm()
+    fall = torch.zeros(1, 3)
+    fall[0, 0] = -1.33 * torch.tanh(distance / 1e-3)
+    return _logps_of(model, batch) + fall
+
+
+def _one_step(max_kl: float, lr: float, tries: int | None = None, logps_of=_logps_of) -> dict:
+    """One Adam step on a fixed batch under the trust region (``logps_of`` is the policy it
+    measures; ``tries`` its default unless given): the region, what it recorded, the model,
+    its optimizer, the weights from before the step and those Adam made, and Adam's second
+    moment from before the step."""
     model = _policy()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     features = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(1))
@@ -43,9 +57,13 @@ def _one_step(max_kl: float, lr: float, tries: int = 3) -> dict:
     optimizer.zero_grad()
     with torch.no_grad():
         batch["old_per_token_logps"] = _logps_of(model, batch)
+    batch["start_weights"] = [p.detach().clone() for p in model.parameters()]
     recorded: list[tuple[str, float]] = []
     region = StepTrustRegion(
-        max_kl, _logps_of, lambda name, value: recorded.append((name, value)), tries=tries
+        max_kl,
+        logps_of,
+        lambda name, value: recorded.append((name, value)),
+        **({} if tries is None else {"tries": tries}),
     )
     before = {k: v.clone() for k, v in model.state_dict().items()}
     second_moment = optimizer.state[model.weight]["exp_avg_sq"].clone()
@@ -89,6 +107,22 @@ def test_a_step_that_fits_no_try_is_undone() -> None:
     assert step["region"].rejected == 1
     for name, tensor in step["model"].state_dict().items():
         torch.testing.assert_close(tensor, step["before"][name], rtol=0, atol=0)
+
+
+def test_a_step_whose_kl_saturates_is_cut_until_it_fits_not_undone() -> None:
+    stalled = _one_step(max_kl=0.02, lr=0.01, tries=3, logps_of=_saturating)
+    assert stalled["recorded"]["trust/step_kl_full"] > 0.15
+    assert stalled["recorded"]["trust/step_rejected"] == 1.0  # three tries: nothing moves
+
+    step = _one_step(max_kl=0.02, lr=0.01, logps_of=_saturating)
+    recorded = step["recorded"]
+    assert recorded["trust/step_kl_full"] > 0.15 and recorded["trust/step_rejected"] == 0.0
+    assert 0 < recorded["trust/step_kl"] <= 0.02
+    assert 0 < recorded["trust/step_scale"] < 0.01  # cut to under 1/100 of Adam's step
+    scale = recorded["trust/step_scale"]
+    for name, tensor in step["model"].state_dict().items():
+        moved = step["before"][name] + scale * (step["adam"][name] - step["before"][name])
+        torch.testing.assert_close(tensor, moved)
 
 
 def test_a_step_inside_the_bound_stands() -> None:
