@@ -21,6 +21,10 @@ from filelock import FileLock
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+# trackio keeps its runs where TRACKIO_DIR said when it was first imported (TRL imports it):
+# the tests' runs go to a folder of their own, never the user's ~/.cache/huggingface/trackio.
+os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="rollgym-tests-trackio-")
+
 # A suite started in the background (`make test &`) inherits SIGINT ignored, and so would
 # every child a test starts; the tests that Ctrl-C a child need it delivered. A handler,
 # unlike an ignore, is reset to the default in a child at exec.

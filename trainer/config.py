@@ -41,7 +41,7 @@ ImportanceSampling = Literal["token_truncate", "token_mask", "sequence_truncate"
 LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo"]
 RewardScaling = Literal["group", "batch", "none"]
 Schedule = Literal["constant", "cosine", "linear"]
-Tracker = Literal["tensorboard"]
+Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 
 
 class _Config(BaseModel):

@@ -30,6 +30,7 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from rollgym.trainer import trackers
 from rollgym.trainer.alarms import behaviour_stats, zero_variance_share
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.shared_prompt import can_share_prompts, shared_prompt_forward
@@ -76,6 +77,9 @@ def grpo_args(config: TrainerConfig, **overrides: Any) -> GRPOConfig:
         shuffle_dataset=False,
         logging_steps=1,
         report_to=list(config.report_to),
+        project=trackers.PROJECT,  # trackio's (W&B's and MLflow's: trainer.trackers)
+        run_name=trackers.run_name(config.output_dir),
+        trackio_static_space_id=False,  # local only: never a Space on the Hub
         disable_tqdm=True,
         seed=config.seed,
         bf16=config.mixed_precision == "bf16",

@@ -40,6 +40,7 @@ from rollgym.trainer.online_eval import BEST_DIR, EvalTask, OnlineEvaluation, On
 from rollgym.trainer.progress import RunProgress, StepLog, StepRecord
 from rollgym.trainer.rewards import trajectory_return
 from rollgym.trainer.series import step_series
+from rollgym.trainer.trackers import local_tracking
 from rollgym.trainer.weights import WeightPusher
 
 
@@ -166,7 +167,8 @@ def train(
         )
     grpo.remove_callback(PrinterCallback)  # our table replaces TRL's per-step log dicts
     try:
-        grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        with local_tracking(config.output_dir, config.report_to):
+            grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         if background is not None:
             background.close()

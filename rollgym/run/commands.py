@@ -84,7 +84,8 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
         "--report-to",
         action="append",
         choices=get_args(Tracker),
-        help="log the per-step series to this tracker too (tensorboard: <output_dir>/runs)",
+        help="log the per-step series to this tracker too, kept under <output_dir> "
+        "(tensorboard: runs/, wandb: wandb/ offline, mlflow: mlflow.db; trackio: $TRACKIO_DIR)",
     )
     train.add_argument(
         "--wait-s",

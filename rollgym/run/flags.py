@@ -116,8 +116,9 @@ def add_run_flags(run: argparse.ArgumentParser) -> None:
         action="append",
         choices=get_args(Tracker),
         metavar="TRACKER",
-        help="also log TRL's and rollgym's per-step series to this tracker (tensorboard: "
-        "<run_dir>/grpo/runs, see it with `tensorboard --logdir`); off by default",
+        help="also log TRL's and rollgym's per-step series to this tracker, kept under "
+        "<run_dir>/grpo (tensorboard: runs/, wandb: wandb/ offline, mlflow: mlflow.db; "
+        "trackio: its own $TRACKIO_DIR); repeatable, off by default",
     )
     grpo.add_argument(
         "--seed",

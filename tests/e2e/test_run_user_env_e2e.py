@@ -1,11 +1,12 @@
-"""``rollgym run --env <a user's env> --env <another> --report-to tensorboard``: the one
-command line of issue 39, end to end on the real server and the default model.
+"""``rollgym run --env <a user's env> --env <another> --report-to tensorboard`` (and W&B,
+MLflow, trackio): the one command line of issue 39, end to end on the real server and the
+default model.
 
 The env is a user's module on ``PYTHONPATH`` (registered by importing it, reached as
 ``"module:id"``): nothing in rollgym names it. Its reward is the parity of the answer's
 length, so a group's rewards differ even for an untrained model and GRPO has steps to take.
 GuessNumber is mixed in, so the real runner draws groups of both and each is evaluated
-apart. The series are read back from TensorBoard's own store.
+apart. The series are read back from each tracker's own store (tests/tracker_stores.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tracker_stores import mlflow_series, tensorboard_series, trackio_series, wandb_series
+
+from rollgym.trainer.trackers import run_name
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_ENV = '''
@@ -58,8 +61,12 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
         sys.executable, "-m", "rollgym.cli", "run", "--env", f"{ENV_ID}@3", "--env", MIXED, "--steps", str(STEPS),
         "--group-size", "4", "--groups-per-batch", "2", "--max-tokens", "6",
         "--eval-episodes", "4", "--run-dir", str(run_dir), "--report-to", "tensorboard",
+        "--report-to", "wandb", "--report-to", "mlflow", "--report-to", "trackio",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    env = {  # trackio's store: this process's (tests/conftest.py), W&B's and MLflow's: the run's
+        **{k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))},
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+    }
     done = subprocess.run(
         command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1500, check=False
     )
@@ -77,22 +84,24 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
     for env in (ENV_ID, MIXED):  # zero-variance by an untrained model; both are evaluated
         assert per_env[env]["held_out_rl"]["episodes"] == 4
 
-    (tb_run,) = (run_dir / "grpo" / "runs").iterdir()
-    events = EventAccumulator(str(tb_run))
-    events.Reload()
-    tags = set(events.Tags()["scalars"])
-    for tag in ("train/loss", "train/rollgym/reward_mean", "train/rollgym/latency/model_p50"):
-        assert tag in tags, sorted(tags)
-        assert [e.step for e in events.Scalars(tag)] == list(range(1, STEPS + 1))
-    # each env's series at the steps whose batch held its groups: together, every step
-    env_steps = {
-        e.step
-        for env in (ENV_ID, MIXED)
-        if (tag := f"train/rollgym/env/{env}/reward_mean") in tags
-        for e in events.Scalars(tag)
-    }
-    assert f"train/rollgym/env/{ENV_ID}/reward_mean" in tags
-    assert env_steps == set(range(1, STEPS + 1))
-    rewards = [e.value for e in events.Scalars("train/rollgym/reward_mean")]
-    steps = [json.loads(line) for line in (run_dir / "grpo" / "steps.jsonl").open()]
-    assert rewards == pytest.approx([step["reward_mean"] for step in steps])
+    grpo = run_dir / "grpo"
+    steps = [json.loads(line) for line in (grpo / "steps.jsonl").open()]
+    for series, prefix in (
+        (tensorboard_series(grpo), "train/"),
+        (wandb_series(grpo), "train/"),
+        (mlflow_series(grpo), ""),  # transformers' MLflow names have no train/
+        (trackio_series(run_name(grpo)), "train/"),
+    ):
+        for tag in ("loss", "rollgym/reward_mean", "rollgym/latency/model_p50"):
+            assert prefix + tag in series, sorted(series)
+            assert [step for step, _ in series[prefix + tag]] == list(range(1, STEPS + 1))
+        # each env's series at the steps whose batch held its groups: together, every step
+        env_steps = {
+            step
+            for env in (ENV_ID, MIXED)
+            for step, _ in series.get(f"{prefix}rollgym/env/{env}/reward_mean", [])
+        }
+        assert f"{prefix}rollgym/env/{ENV_ID}/reward_mean" in series
+        assert env_steps == set(range(1, STEPS + 1))
+        rewards = [value for _, value in series[f"{prefix}rollgym/reward_mean"]]
+        assert rewards == pytest.approx([step["reward_mean"] for step in steps])

@@ -1,36 +1,30 @@
 """Experiment tracking through TRL's ``report_to``: rollgym's series beside TRL's metrics,
-read back from the tracker's own local store (TensorBoard's ``EventAccumulator``).
+read back from each tracker's own local store (TensorBoard's ``EventAccumulator``, W&B's
+offline transaction log, MLflow's client on its SQLite store, trackio's SQLite database).
 
-Real twin: tests/e2e/test_run_user_env_e2e.py (``rollgym run --report-to tensorboard`` on the
-real server).
+Real twin: tests/e2e/test_run_user_env_e2e.py (``rollgym run`` with all four ``--report-to``
+on the real server).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import get_args
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tracker_stores import mlflow_series, tensorboard_series, trackio_series, wandb_series
 from trainer_fakes import FakeServer, make_trajectory
 
 from rollgym.contract.wire import SamplingSettings, TrajectoryGroup
 from rollgym.trainer.checkpoint import DropCounts
-from rollgym.trainer.config import OnlineEvalConfig, TrainerConfig, parse_config
+from rollgym.trainer.config import OnlineEvalConfig, Tracker, TrainerConfig, parse_config
 from rollgym.trainer.errors import TrainerConfigError
-from rollgym.trainer.loop import train
+from rollgym.trainer.loop import TrainResult, train
 from rollgym.trainer.online_eval import EvalTask
 from rollgym.trainer.progress import RunProgress
 from rollgym.trainer.series import step_series
-
-
-def scalars(output_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series TensorBoard finds under ``output_dir/runs``: tag -> (step, value)."""
-    (run,) = (output_dir / "runs").iterdir()
-    events = EventAccumulator(str(run))
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
-    }
+from rollgym.trainer.trackers import local_stores, local_tracking, run_name
 
 
 def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_model_dir) -> None:
@@ -47,7 +41,7 @@ def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_mode
     task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
     result = train(config, fake.client(), default_model_dir, eval_task=task, printer=None)
 
-    series = scalars(config.output_dir)
+    series = tensorboard_series(config.output_dir)
     assert [step for step, _ in series["train/loss"]] == [1, 2]  # TRL's own
     rewards = [value for _, value in series["train/rollgym/reward_mean"]]
     assert rewards == pytest.approx([r.reward_mean for r in result.records])
@@ -63,6 +57,74 @@ def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_mode
         assert [step for step, _ in series[tag]] == [1, 2], tag
     (point,) = result.online_eval
     assert series["train/rollgym/online_eval/success_rate"] == [(2, pytest.approx(point.rate))]
+
+
+@pytest.fixture
+def tracker_env():
+    """W&B's and MLflow's variables unset for the test and put back after it (a user's own
+    values would otherwise win over the local stores under test)."""
+    every = local_stores(Path("/x"), get_args(Tracker))
+    saved = {name: os.environ.pop(name, None) for name in every}
+    yield
+    for name, value in saved.items():
+        os.environ.pop(name, None)
+        if value is not None:
+            os.environ[name] = value
+
+
+def _two_steps(output_dir: Path, tracker: str, default_model_dir: Path) -> TrainResult:
+    config = TrainerConfig(
+        output_dir=output_dir,
+        group_size=4,
+        groups_per_batch=2,
+        total_steps=2,
+        pull_timeout_s=0.1,
+        report_to=[tracker],
+    )
+    return train(config, FakeServer().client(), default_model_dir, printer=None)
+
+
+@pytest.mark.parametrize("tracker", ["wandb", "mlflow", "trackio"])
+def test_each_tracker_gets_trl_and_rollgym_series_in_its_local_store(
+    tracker, tmp_path, default_model_dir, tracker_env
+) -> None:
+    output_dir = tmp_path / "run"
+    result = _two_steps(output_dir, tracker, default_model_dir)
+
+    if tracker == "wandb":
+        series, prefix = wandb_series(output_dir), "train/"
+    elif tracker == "mlflow":
+        series, prefix = mlflow_series(output_dir), ""  # transformers' MLflow names: no train/
+    else:
+        series, prefix = trackio_series(run_name(output_dir)), "train/"
+    rewards = series[f"{prefix}rollgym/reward_mean"]
+    assert [step for step, _ in rewards] == [1, 2]
+    assert [value for _, value in rewards] == pytest.approx([r.reward_mean for r in result.records])
+    assert [step for step, _ in series[f"{prefix}loss"]] == [1, 2]  # TRL's own beside rollgym's
+    assert [step for step, _ in series[f"{prefix}rollgym/stage/training/busy_s"]] == [1, 2]
+    assert not any(name in os.environ for name in local_stores(output_dir, [tracker]))
+
+
+def test_w_and_b_stays_offline_and_a_users_tracking_server_wins(tmp_path, tracker_env) -> None:
+    os.environ["MLFLOW_TRACKING_URI"] = "http://mlflow.example:5000"
+    with local_tracking(tmp_path, ["mlflow", "wandb"]) as seen:
+        assert seen["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"
+        assert seen["WANDB_MODE"] == "offline" and seen["WANDB_DIR"] == str(tmp_path)
+        assert os.environ["WANDB_PROJECT"] == "rollgym"
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"  # the user's stays
+    assert "WANDB_MODE" not in os.environ  # ours go
+
+
+def test_a_w_and_b_run_the_user_started_stays_theirs(tmp_path, tracker_env) -> None:
+    import wandb
+
+    mine = wandb.init(project="mine", dir=tmp_path, mode="offline")
+    try:
+        with local_tracking(tmp_path / "run", ["wandb"]):
+            pass  # the callback logs into the user's run rather than starting one
+        assert wandb.run is mine
+    finally:
+        mine.finish()
 
 
 def test_off_by_default_nothing_is_written(tmp_path, default_model_dir) -> None:
