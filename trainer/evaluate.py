@@ -154,13 +154,22 @@ PROGRESS_SEEDS = 64  # seeds per request when progress is shown
 
 
 def counted_line(done: int, total: int, elapsed_s: float) -> str:
-    """The progress of an evaluation: the rate so far, extrapolated to what is left.
+    """The progress of an evaluation, with the time left.
 
     >>> counted_line(50, 200, elapsed_s=10.0)
     '  evaluated 50/200 episodes, about 0m30s left'
     """
+    return f"  evaluated {done}/{total} episodes, {time_left(done, total, elapsed_s)}"
+
+
+def time_left(done: int, total: int, elapsed_s: float) -> str:
+    """The rate so far, extrapolated to what is left (evaluations, the warm start's SFT).
+
+    >>> time_left(30, 90, elapsed_s=65.0)
+    'about 2m10s left'
+    """
     left = round(elapsed_s / max(done, 1) * (total - done))
-    return f"  evaluated {done}/{total} episodes, about {left // 60}m{left % 60:02d}s left"
+    return f"about {left // 60}m{left % 60:02d}s left"
 
 
 def _parts(seeds: Sequence[int], size: int) -> list[list[int]]:

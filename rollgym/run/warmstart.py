@@ -29,6 +29,7 @@ import hashlib
 import json
 import random
 import shutil
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollgym.contract.chat import ChatRecord, read_jsonl, template_messages
 from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.server.conversation.codec import ChatCodec
+from rollgym.trainer.evaluate import time_left
 from rollgym.trainer.lora import LoraSettings
 
 MARKER_FILE = "rollgym-warmstart.json"
@@ -217,13 +219,20 @@ def _train(
     from trl import SFTConfig, SFTTrainer
 
     class Progress(TrainerCallback):
+        started = time.monotonic()
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.started = time.monotonic()
+
         def on_log(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             logs = kw.get("logs") or {}
             if printer is not None and "loss" in logs:
                 accuracy = logs.get("mean_token_accuracy", float("nan"))
+                elapsed = time.monotonic() - self.started
                 printer(
                     f"  {phase.name} step {state.global_step}/{state.max_steps}: loss "
-                    f"{logs['loss']:.3f}, token accuracy {accuracy:.2f}"
+                    f"{logs['loss']:.3f}, token accuracy {accuracy:.2f}, "
+                    f"{time_left(state.global_step, state.max_steps, elapsed)}"
                 )
 
     args = SFTConfig(
