@@ -375,7 +375,8 @@ def verdict_lines(runs: list[list[dict]], shares: dict[str, list[float | None]])
     kept = sum(rows[i]["success"].rate >= rows[0]["success"].low for rows in runs)
     n = len(runs)
     return [
-        f"best asynchronous mode: {best} (median share of sync's time {median_share(best):.2f})",
+        f"best asynchronous mode: {best} (median share of sync's time "
+        f"{'never' if math.isinf(median_share(best)) else f'{median_share(best):.2f}'})",
         f"  {'met' if fast == n else 'NOT MET':<8}reaches sync's final success in <= half "
         f"sync's time: {fast} of {n} seeds",
         f"  {'met' if kept == n else 'NOT MET':<8}final success inside sync's 95% CI or above: "
