@@ -8,7 +8,9 @@ never faked outside ``tests/unit``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -24,6 +26,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 # trackio keeps its runs where TRACKIO_DIR said when it was first imported (TRL imports it):
 # the tests' runs go to a folder of their own, never the user's ~/.cache/huggingface/trackio.
 os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="rollgym-tests-trackio-")
+atexit.register(shutil.rmtree, os.environ["TRACKIO_DIR"], ignore_errors=True)
 
 # A suite started in the background (`make test &`) inherits SIGINT ignored, and so would
 # every child a test starts; the tests that Ctrl-C a child need it delivered. A handler,
