@@ -370,13 +370,14 @@ def verdict_lines(runs: list[list[dict]], shares: dict[str, list[float | None]])
 
     modes = [row["mode"] for row in runs[0]]
     best = min(modes[1:], key=median_share)
+    best_share = median_share(best)
     i = modes.index(best)
     fast = sum(s is not None and s <= 0.5 for s in shares[best])
     kept = sum(rows[i]["success"].rate >= rows[0]["success"].low for rows in runs)
     n = len(runs)
     return [
         f"best asynchronous mode: {best} (median share of sync's time "
-        f"{'never' if math.isinf(median_share(best)) else f'{median_share(best):.2f}'})",
+        f"{'never' if math.isinf(best_share) else f'{best_share:.2f}'})",
         f"  {'met' if fast == n else 'NOT MET':<8}reaches sync's final success in <= half "
         f"sync's time: {fast} of {n} seeds",
         f"  {'met' if kept == n else 'NOT MET':<8}final success inside sync's 95% CI or above: "

@@ -219,7 +219,7 @@ def _train(
     from trl import SFTConfig, SFTTrainer
 
     class Progress(TrainerCallback):
-        started = time.monotonic()
+        started = 0.0  # set when training begins: loading and tokenizing are not counted
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.started = time.monotonic()
