@@ -209,17 +209,15 @@ async def health(cluster: ClusterDep) -> Health:
 
 @declared(agents, api.POLICY)
 async def policy(cluster: ClusterDep) -> PolicyInfo:
-    model = await _model_name(cluster)
-    return PolicyInfo(
-        policy_version=cluster.control.version, model=model, updating=cluster.control.updating
-    )
-
-
-async def _model_name(cluster: Cluster) -> str:
+    """A server's own answer (its model, the kind of update it takes), with the cluster's
+    version and update state."""
     slot = cluster.control.fleet.pick()
     assert slot.api is not None
-    reply = await slot.api.forward(api.MODELS.method, api.MODELS.path, {}, b"")
-    return str(orjson.loads(reply.body)["data"][0]["id"])
+    reply = await slot.api.forward(api.POLICY.method, api.POLICY.path, {}, b"")
+    served = PolicyInfo.model_validate_json(reply.body)
+    return served.model_copy(
+        update={"policy_version": cluster.control.version, "updating": cluster.control.updating}
+    )
 
 
 # The forwarding routes are plain Starlette endpoints (``PASS_THROUGH``): the server

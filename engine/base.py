@@ -11,6 +11,9 @@ one of two sources:
 * ``NcclWeights``: tensors the trainer broadcasts over NCCL (vLLM's native weight
   transfer). GPU hosts only; it cannot run on the CPU build rollgym is developed on.
 
+An engine started with ``engine.lora`` instead serves its base model plus a LoRA adapter
+(``AdapterWeights``, vLLM's LoRA serving), and takes adapters only.
+
 A ``ServingEngine`` is both, with a life (``start``/``close``). The vLLM adapter
 (``engine.vllm.engine``) implements it for real; ``engine.fake`` serves unit tests.
 """
@@ -145,6 +148,19 @@ class StagedWeights:
 
 
 @dataclasses.dataclass(frozen=True)
+class AdapterWeights:
+    """A LoRA adapter to serve on top of the base model's weights (``engine.lora``).
+
+    ``directory`` holds it in peft's format (``adapter_model.safetensors`` and
+    ``adapter_config.json``), as vLLM's LoRA loader reads it; ``rank`` is its ``r``.
+    """
+
+    directory: Path
+    rank: int
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class NcclWeights:
     """The tensors of one NCCL broadcast, in the order the trainer sends them."""
 
@@ -156,6 +172,9 @@ class NcclWeights:
     def nbytes(self) -> int:
         sizes = [ITEM_SIZE.get(TORCH_DTYPE.get(d, ""), 0) for d in self.dtype_names]
         return sum(size * math.prod(shape) for size, shape in zip(sizes, self.shapes, strict=True))
+
+
+Weights = StagedWeights | NcclWeights | AdapterWeights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,16 +201,21 @@ class WeightTarget(Protocol):
     @property
     def in_flight_policy(self) -> InFlightPolicy: ...
 
+    @property
+    def max_lora_rank(self) -> int | None:
+        """The largest adapter rank it serves; None: it takes whole weights, not adapters."""
+        ...
+
     def manifest(self) -> Manifest: ...
 
-    async def swap_weights(
-        self, weights: StagedWeights | NcclWeights, ready: Awaitable[object] | None = None
-    ) -> Swap:
+    async def swap_weights(self, weights: Weights, ready: Awaitable[object] | None = None) -> Swap:
         """Apply ``weights`` between engine steps (see ``in_flight_policy``), reset the
         prefix cache, and bump the version. ``ready`` (a check still running) is awaited
         after the load and before the pause: if it raises, nothing is swapped and its
         error is raised. On failure the old weights keep serving and the version does not
-        move."""
+        move. An adapter needs no pause: it is loaded beside the one serving, then new
+        requests get it (running ones finish on theirs, or, with ``abort``, run again on
+        it); the prefix cache is kept per adapter, so versions never share a prefix."""
         ...
 
 
@@ -206,7 +230,7 @@ class ServingEngine(PolicyEngine, WeightTarget, Protocol):
 
     async def close(self) -> None: ...
 
-    async def restore(self, weights: StagedWeights, version: int) -> None:
+    async def restore(self, weights: StagedWeights | AdapterWeights, version: int) -> None:
         """Serve ``weights`` as ``version``: a restarted server resuming its last update."""
         ...
 

@@ -61,6 +61,50 @@ class SpeculationConfig(_Config):
         return self
 
 
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the largest ranks vLLM can be set to
+
+
+def served_lora_rank(rank: int) -> int:
+    """The smallest ``engine.lora.max_rank`` that serves adapters of ``rank``.
+
+    >>> served_lora_rank(4), served_lora_rank(16), served_lora_rank(17)
+    (8, 16, 32)
+    """
+    for size in LORA_RANKS:
+        if size >= rank:
+            return size
+    raise ValueError(f"vLLM serves adapters up to rank {LORA_RANKS[-1]}, not {rank}")
+
+
+class LoraServingConfig(_Config):
+    """Serve LoRA adapters on a fixed base model (vLLM's LoRA serving) instead of taking
+    whole weights: each update is an adapter, each version its own adapter name.
+
+    On the 2-core CPU machine it did not pay (docs/training.md): sampling with an adapter
+    ran 2.9x slower than the plain model (SmolLM2 and the default model alike), while a
+    whole-weights push of SmolLM2 costs under a second a step. It pays where pushes are
+    costly against sampling: large models, slow links, many servers.
+    """
+
+    max_rank: int = Field(
+        16, description=f"the largest adapter rank taken, one of vLLM's sizes {LORA_RANKS}"
+    )
+    max_loaded: int = Field(
+        3,
+        ge=2,
+        le=64,
+        description="adapters kept loaded: the serving one and older ones that requests "
+        "started on still use (unloaded once idle)",
+    )
+
+    @field_validator("max_rank")
+    @classmethod
+    def _vllm_size(cls, rank: int) -> int:
+        if rank not in LORA_RANKS:
+            raise ValueError(f"must be one of vLLM's sizes {LORA_RANKS}, not {rank}")
+        return rank
+
+
 class EngineConfig(_Config):
     """The in-process vLLM engine.
 
@@ -120,6 +164,9 @@ class EngineConfig(_Config):
         "the old weights are restored and the update answers 503",
     )
     speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
+    lora: LoraServingConfig | None = Field(
+        None, description="serve LoRA adapters on the base model; None: take whole weights"
+    )
 
     @field_validator("model_dir")
     @classmethod
@@ -130,6 +177,17 @@ class EngineConfig(_Config):
                 "or point --model-dir at a Hugging Face model directory"
             )
         return path
+
+    @model_validator(mode="after")
+    def _lora_alone(self) -> EngineConfig:
+        if self.lora is not None and (
+            self.speculation.enabled or self.weight_transfer == "nccl" or self.quantization
+        ):
+            raise ValueError(
+                "engine.lora serves adapters on a fixed base: it does not combine with "
+                "speculation, NCCL weight transfer or quantization"
+            )
+        return self
 
     @property
     def model_name(self) -> str:

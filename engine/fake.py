@@ -9,7 +9,8 @@ script is deterministic, so any ``seed`` is honoured; a ``constraint`` is kept i
 ``constraints``, not applied: the script says what is sampled; a generation cancelled
 while it waits its ``latency_s`` raises ``Abandoned`` and counts in ``abandoned``), and
 ``cached_tokens`` counts the longest prefix shared with one of the last 256 contexts (a
-stand-in for vLLM's prefix cache), reset by a swap.
+stand-in for vLLM's prefix cache), reset by a swap. Made with ``max_lora_rank``, it takes
+adapters only (as an engine with ``engine.lora``), and swaps them the same way.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from typing import Any
 from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import (
     Abandoned,
+    AdapterWeights,
     FinishReason,
     Generation,
     Manifest,
-    NcclWeights,
     OutputConstraint,
     StagedWeights,
     Swap,
     TensorSpec,
+    Weights,
 )
 from rollgym.engine.config import InFlightPolicy
 from rollgym.engine.errors import NotEnabled
@@ -55,8 +57,10 @@ class FakeEngine:
         latency_s: float = 0.0,
         in_flight: InFlightPolicy = "finish",
         decode: Callable[[Sequence[int]], str] | None = None,
+        max_lora_rank: int | None = None,
     ):
         self._script = script
+        self._max_lora_rank = max_lora_rank
         self._decode = decode
         self._manifest = manifest
         self.latency_s = latency_s
@@ -66,7 +70,7 @@ class FakeEngine:
         self._idle = asyncio.Condition()
         self._swap_lock = asyncio.Lock()
         self._contexts: collections.deque[list[int]] = collections.deque(maxlen=256)
-        self.swapped: list[StagedWeights | NcclWeights] = []
+        self.swapped: list[Weights] = []
         self.prompts: list[list[int]] = []
         self.constraints: list[OutputConstraint | None] = []  # each generation's, unapplied
         self.abandoned = 0  # generations cancelled by their caller
@@ -78,6 +82,10 @@ class FakeEngine:
     @property
     def in_flight_policy(self) -> InFlightPolicy:
         return self._in_flight
+
+    @property
+    def max_lora_rank(self) -> int | None:
+        return self._max_lora_rank
 
     def manifest(self) -> Manifest:
         return self._manifest
@@ -150,13 +158,13 @@ class FakeEngine:
             raise NotEnabled("stop texts need a FakeEngine made with decode=...")
         return lambda tokens: any(text in decode(tokens) for text in stop)
 
-    async def restore(self, weights: StagedWeights, version: int) -> None:
+    async def restore(self, weights: StagedWeights | AdapterWeights, version: int) -> None:
         self.swapped.append(weights)
         self._version = version
 
-    async def swap_weights(
-        self, weights: StagedWeights | NcclWeights, ready: Awaitable[object] | None = None
-    ) -> Swap:
+    async def swap_weights(self, weights: Weights, ready: Awaitable[object] | None = None) -> Swap:
+        if isinstance(weights, AdapterWeights) != (self._max_lora_rank is not None):
+            raise NotEnabled("the fake engine takes adapters only with max_lora_rank set")
         started = time.perf_counter()
         async with self._swap_lock:
             if ready is not None:

@@ -110,8 +110,9 @@ class ServerClient:
         """The version the server samples with now (``GET /health``)."""
         return self._call(api.HEALTH, retry=retry).policy_version
 
-    def policy(self) -> PolicyInfo:
-        return self._call(api.POLICY)
+    def policy(self, *, retry: bool = True) -> PolicyInfo:
+        """The served policy's version and model, and the kind of update the server takes."""
+        return self._call(api.POLICY, retry=retry)
 
     def wait_until_ready(self, timeout_s: float, *, poll_s: float = 0.25) -> int:
         """Poll ``/health`` until the server answers; return its policy version."""

@@ -192,8 +192,7 @@ def evaluate_weights(
     return the success rate (``progress``: a counted line as parts finish, ``evaluate_server``)."""
     from rollgym.trainer.lora import load_policy
 
-    model = load_policy(model_dir)
-    WeightPusher(client, version=client.policy_version()).push(model)
+    WeightPusher.push_policy(client, load_policy(model_dir))
     evaluation = evaluate_server(
         client,
         env_id=env_id,

@@ -105,7 +105,12 @@ def train(
     step_log.truncate(up_to_step=resumed.step if resumed else 0)
 
     server_version = client.policy_version()
-    pusher = WeightPusher(client, version=server_version, canary=config.canary)
+    pusher = WeightPusher(
+        client,
+        version=server_version,
+        canary=config.canary,
+        adapters=config.lora is not None and config.lora.serve == "adapter",
+    )
     background = BackgroundPush(pusher) if config.background_push else None
     progress = RunProgress()
 

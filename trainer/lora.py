@@ -5,9 +5,12 @@ wraps the model in a ``peft.PeftModel`` from ``LoraSettings.peft_config()``; the
 then holds only the adapters' matrices ``A`` (``r x in``) and ``B`` (``out x r``), and each
 adapted linear layer computes ``W x + (alpha / r) * B A x``.
 
-The server serves plain checkpoint weights, so what a push sends is the merged model
-(``merged_tensors``): each adapted layer's ``W + (alpha / r) * B A`` under the base
-checkpoint's names, computed beside the training model without touching it. A checkpoint
+What a push sends depends on ``LoraSettings.serve``. ``merged`` (the default): the merged
+model (``merged_tensors``), each adapted layer's ``W + (alpha / r) * B A`` under the base
+checkpoint's names, computed beside the training model without touching it; the server
+serves it as whole weights. ``adapter``: the adapter alone (``adapter_tensors``, peft's
+names, its shape in the file's metadata), for a server that serves adapters on the same
+base model (``engine.lora``). A checkpoint
 (TRL's ``save_model`` of a ``PeftModel``) holds the adapter only (``adapter_model.safetensors``
 and ``adapter_config.json``); ``export_merged`` folds one into its base model and writes an
 ordinary model directory (``rollgym export-model``).
@@ -16,13 +19,15 @@ ordinary model directory (``rollgym export-model``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from peft import AutoPeftModelForCausalLM, LoraConfig, PeftConfig, PeftModel
 from peft.tuners.lora import LoraLayer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rollgym.contract.adapter import ADAPTER_METADATA, AdapterShape
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"  # written by peft's save_pretrained
 ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -47,6 +52,17 @@ class LoraSettings(BaseModel):
         description="names of the linear layers that get an adapter (default: attention and MLP)",
     )
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input")
+    serve: Literal["merged", "adapter"] = Field(
+        "merged",
+        description="what a push sends: the merged weights (any server), or the adapter "
+        "alone (a server with engine.lora; rollgym run starts its own so)",
+    )
+
+    @model_validator(mode="after")
+    def _servable(self) -> LoraSettings:
+        if self.serve == "adapter" and self.rank > 512:
+            raise ValueError("vLLM serves adapters up to rank 512: lower rank or serve merged")
+        return self
 
     def peft_config(self) -> LoraConfig:
         """The ``peft.LoraConfig`` TRL builds the ``PeftModel`` from."""
@@ -81,6 +97,30 @@ def merged_tensors(model: PeftModel) -> dict[str, torch.Tensor]:
                     weight = weight + layer.get_delta_weight(adapter).to(weight.dtype)
         tensors[f"{name}.weight"] = weight
     return tensors
+
+
+def adapter_tensors(model: PeftModel) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``model``'s active adapter as a push sends it: its LoRA matrices under peft's saved
+    names (``base_model.model.<layer>.lora_A.weight``...) and the metadata that declares
+    its shape (``engine.weights.adapter``)."""
+    from peft import get_peft_model_state_dict
+
+    config: Any = model.peft_config[model.active_adapter]
+    tensors = get_peft_model_state_dict(model)
+    shape = AdapterShape(
+        rank=config.r, alpha=config.lora_alpha, target_modules=tuple(sorted(config.target_modules))
+    )
+    return tensors, {ADAPTER_METADATA: shape.model_dump_json()}
+
+
+def zero_adapter(model: torch.nn.Module) -> PeftModel:
+    """``model`` under a rank-1 adapter on ``q_proj`` whose ``B`` is zero (peft's start): it
+    computes exactly what ``model`` does, as an adapter a server that serves adapters only
+    (``engine.lora``) takes, e.g. to evaluate a warm start there."""
+    from peft import get_peft_model
+
+    settings = LoraSettings(rank=1, target_modules=["q_proj"])
+    return get_peft_model(model, settings.peft_config())
 
 
 def served_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -1,5 +1,7 @@
 """Weight push: the trainer's parameters, as a safetensors file, to ``POST /admin/weights``.
 
+(A LoRA run may push its adapter alone instead: ``trainer.lora.serve``, ``trainer.lora``.)
+
 The upload carries ``X-Expected-Version: V``; the server applies the weights between engine
 steps, bumps its version to ``V + 1`` and answers with it. The pusher checks that answer,
 so the trainer knows which version its weights now have, and records how long the sync took.
@@ -25,13 +27,14 @@ import time
 from collections.abc import Iterator
 
 import torch
+from peft import PeftModel
 
 from rollgym.contract.canary import CanaryProbes
 from rollgym.contract.wire import WeightUpdateResult
 from rollgym.trainer.canary import CanaryConfig, canary_probes
 from rollgym.trainer.client import PART_BYTES, ServerClient
 from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
-from rollgym.trainer.lora import served_tensors
+from rollgym.trainer.lora import adapter_tensors, served_tensors, zero_adapter
 
 _CODES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -52,9 +55,10 @@ class SafetensorsBody:
         ([[1.0, 1.0], [1.0, 1.0]], True)
     """
 
-    def __init__(self, tensors: dict[str, torch.Tensor]):
+    def __init__(self, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None):
+        """``metadata``: the file's ``__metadata__`` (text to text), e.g. an adapter's shape."""
         self._tensors = [(n, t.detach().to("cpu").contiguous()) for n, t in tensors.items()]
-        entries: dict[str, object] = {}
+        entries: dict[str, object] = {"__metadata__": metadata} if metadata else {}
         offset = 0
         for name, tensor in self._tensors:
             size = tensor.numel() * tensor.element_size()
@@ -111,13 +115,20 @@ class WeightPusher:
     """Pushes weights and tracks the version they get; one pusher per trainer."""
 
     def __init__(
-        self, client: ServerClient, *, version: int, canary: CanaryConfig | None = None
+        self,
+        client: ServerClient,
+        *,
+        version: int,
+        canary: CanaryConfig | None = None,
+        adapters: bool = False,
     ) -> None:
         """``version``: the server's version before the first push (from ``/health``);
-        ``canary``: send probes with every push (``trainer.canary``)."""
+        ``canary``: send probes with every push (``trainer.canary``); ``adapters``: send
+        a LoRA model's adapter alone (``trainer.lora.serve='adapter'``), not merged weights."""
         self.client = client
         self.version = version
         self.canary = canary
+        self.adapters = adapters
         self.history: list[WeightSync] = []
 
     def push(self, model: torch.nn.Module) -> WeightSync:
@@ -129,14 +140,20 @@ class WeightPusher:
         ``snapshot``: copy the tensors training may still change, so the push can be sent
         while the next step runs (``trainer.background_push``)."""
         t0 = time.perf_counter()
-        tensors = served_tensors(model)
+        metadata = None
+        if self.adapters:
+            if not isinstance(model, PeftModel):
+                raise TypeError("pushing adapters needs a LoRA model (trainer.lora)")
+            tensors, metadata = adapter_tensors(model)
+        else:
+            tensors = served_tensors(model)
         if snapshot:
             trainable = {p.data_ptr() for p in model.parameters() if p.requires_grad}
             tensors = {
                 name: t.detach().clone() if t.data_ptr() in trainable else t
                 for name, t in tensors.items()
             }
-        body = SafetensorsBody(tensors)
+        body = SafetensorsBody(tensors, metadata)
         probes = canary_probes(model, self.canary) if self.canary is not None else None
         return PreparedPush(body, probes, prepare_s=time.perf_counter() - t0)
 
@@ -168,6 +185,20 @@ class WeightPusher:
         )
         self.history.append(sync)
         return sync
+
+    @classmethod
+    def push_policy(
+        cls, client: ServerClient, model: torch.nn.Module, *, retry: bool = True
+    ) -> WeightSync:
+        """Push ``model`` (a whole model, or a LoRA model) as ``client``'s server takes it:
+        merged whole weights, or, to a server that serves adapters, the adapter (a whole
+        model as an adapter that adds nothing: ``trainer.lora.zero_adapter``); ``retry``:
+        wait for a server that does not answer yet (``ServerClient``)."""
+        info = client.policy(retry=retry)
+        adapters = info.lora_max_rank is not None
+        if adapters and not isinstance(model, PeftModel):
+            model = zero_adapter(model)
+        return cls(client, version=info.policy_version, adapters=adapters).push(model)
 
     def _reconcile(
         self, body: SafetensorsBody, probes: CanaryProbes | None

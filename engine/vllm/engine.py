@@ -23,6 +23,11 @@ submits them again on the new weights; the prefix cache is cleared, the workers 
 staged weights in (or, unstaged, reload them in place), the version moves, and generation
 resumes.
 
+With ``engine.lora`` the engine serves its base model plus one LoRA adapter per version
+(vLLM's LoRA serving, ``engine.vllm.adapters``): an update loads the new adapter beside
+the serving one and new requests get it, with no pause (``abort`` aborts the running
+requests, which run again on it); a generation's version is its adapter's.
+
 A swap has a deadline (``swap_timeout_s``) over all of it. A load that fails, or running
 requests that do not finish in time, leave the old weights in place (nothing was touched).
 A swap or reload that fails midway reloads the last good weights; one that fails again, or
@@ -49,6 +54,7 @@ from rollgym.contract.wire import SamplingSettings
 from rollgym.engine.base import (
     TORCH_DTYPE,
     Abandoned,
+    AdapterWeights,
     FinishReason,
     Generation,
     Manifest,
@@ -56,9 +62,11 @@ from rollgym.engine.base import (
     OutputConstraint,
     StagedWeights,
     Swap,
+    Weights,
 )
 from rollgym.engine.config import EngineConfig, InFlightPolicy
 from rollgym.engine.errors import BadInput, EngineError, EngineFailure, NotEnabled
+from rollgym.engine.vllm.adapters import AdapterSlots
 from rollgym.engine.vllm.speculation import (
     EngineMeter,
     ShadowDrafts,
@@ -71,6 +79,7 @@ from rollgym.engine.vllm.worker_ext import RollgymWorkerExtension
 from rollgym.engine.weights.safetensors_check import checkpoint_files, read_manifest
 
 if TYPE_CHECKING:
+    from vllm.lora.request import LoRARequest
     from vllm.v1.engine.async_llm import AsyncLLM
 
 logger = logging.getLogger(__name__)
@@ -121,6 +130,7 @@ class VLLMEngine:
         self._gate_task: asyncio.Task[None] | None = None
         self._drafting = config.speculation.enabled and not config.speculation.gate
         self._starting: asyncio.Future[AsyncLLM] | None = None  # a switch's new engine
+        self._adapters = AdapterSlots() if config.lora is not None else None
 
     # --- life -----------------------------------------------------------------------------
 
@@ -170,6 +180,7 @@ class VLLMEngine:
             weight_transfer_config=_weight_transfer(c),
             speculative_config=_speculative(c) if drafting else None,
             quantization=c.quantization,
+            **_lora_args(c),
             # constrained JSON without free whitespace (xgrammar reads it engine-wide): a
             # small model's runs of blank lines would eat the token budget
             structured_outputs_config=StructuredOutputsConfig(
@@ -186,8 +197,15 @@ class VLLMEngine:
             disable_log_stats=True,
         )
 
-    async def restore(self, weights: StagedWeights, version: int) -> None:
+    async def restore(self, weights: StagedWeights | AdapterWeights, version: int) -> None:
         """Serve ``weights`` as ``version`` (a restart resuming the last applied update)."""
+        if isinstance(weights, AdapterWeights):
+            if self._adapters is None:
+                raise NotEnabled("an adapter needs an engine started with engine.lora")
+            self._adapters.serve(await self._load_adapter(weights), version=version)
+            self._version = version
+            await self._engine().update_weight_version(str(version))
+            return
         await self._apply(weights)
         await self._engine().reset_prefix_cache()
         self._last_good, self._version = weights, version
@@ -359,7 +377,8 @@ class VLLMEngine:
         while True:
             await self._serving.wait()
             swaps = self._swaps
-            result = await self._submit(prompt_ids, params, f"{base_id}-{attempt}")
+            with self._adapter_in_use() as (adapter_version, adapter):
+                result = await self._submit(prompt_ids, params, f"{base_id}-{attempt}", adapter)
             queue_s += result.queue_s
             model_s += result.model_s
             prefill_s += result.prefill_s
@@ -372,7 +391,9 @@ class VLLMEngine:
             token_ids=result.token_ids,
             logprobs=result.logprobs,
             finish_reason=_FINISH.get(result.finish_reason, "abort"),
-            policy_version=self._version_of(result.versions),
+            policy_version=(
+                self._version_of(result.versions) if adapter_version is None else adapter_version
+            ),
             prompt_tokens=len(prompt_ids),
             cached_tokens=result.cached_tokens,
             queue_s=queue_s,
@@ -398,10 +419,14 @@ class VLLMEngine:
         )
         await self._serving.wait()
         final = None
-        async for output in self._engine().generate(
-            {"prompt_token_ids": list(token_ids)}, params, f"score-{uuid.uuid4().hex}"
-        ):
-            final = output
+        with self._adapter_in_use() as (_, adapter):
+            async for output in self._engine().generate(
+                {"prompt_token_ids": list(token_ids)},
+                params,
+                f"score-{uuid.uuid4().hex}",
+                lora_request=adapter,
+            ):
+                final = output
         if final is None or final.prompt_logprobs is None:
             raise EngineFailure("the engine returned no prompt logprobs")
         scores = []
@@ -411,10 +436,24 @@ class VLLMEngine:
             scores.append(float(position[token].logprob))
         return scores
 
-    async def _submit(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> _Attempt:
-        """One request to vLLM. Cancelled (its client left), it is aborted in vLLM, whose
-        last output then holds what was sampled: ``Abandoned`` says how many tokens."""
-        collecting = asyncio.ensure_future(self._collect(prompt_ids, params, request_id))
+    def _adapter_in_use(self) -> contextlib.AbstractContextManager[tuple[int | None, Any]]:
+        """The serving adapter's version and request, held for one request (no adapters:
+        ``(None, None)``, the version comes from vLLM's stamps)."""
+        if self._adapters is None:
+            return contextlib.nullcontext((None, None))
+        return self._adapters.use()
+
+    async def _submit(
+        self,
+        prompt_ids: Sequence[int],
+        params: Any,
+        request_id: str,
+        adapter: LoRARequest | None = None,
+    ) -> _Attempt:
+        """One request to vLLM (with ``adapter`` on the base model, when given). Cancelled
+        (its client left), it is aborted in vLLM, whose last output then holds what was
+        sampled: ``Abandoned`` says how many tokens."""
+        collecting = asyncio.ensure_future(self._collect(prompt_ids, params, request_id, adapter))
         try:
             final = await asyncio.shield(collecting)
         except asyncio.CancelledError:
@@ -437,7 +476,13 @@ class VLLMEngine:
             prefill_s=max(stats.first_token_ts - stats.scheduled_ts, 0.0) if stats else 0.0,
         )
 
-    async def _collect(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> Any:
+    async def _collect(
+        self,
+        prompt_ids: Sequence[int],
+        params: Any,
+        request_id: str,
+        adapter: LoRARequest | None,
+    ) -> Any:
         """vLLM's last output of the request (None if it sent none)."""
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
@@ -445,7 +490,7 @@ class VLLMEngine:
         final = None
         try:
             async for output in self._engine().generate(
-                {"prompt_token_ids": list(prompt_ids)}, params, request_id
+                {"prompt_token_ids": list(prompt_ids)}, params, request_id, lora_request=adapter
             ):
                 final = output
         except (EngineDeadError, EngineGenerateError) as exc:
@@ -463,6 +508,10 @@ class VLLMEngine:
 
     # --- WeightTarget ---------------------------------------------------------------------
 
+    @property
+    def max_lora_rank(self) -> int | None:
+        return self.config.lora.max_rank if self.config.lora is not None else None
+
     def manifest(self) -> Manifest:
         return self._manifest
 
@@ -474,9 +523,16 @@ class VLLMEngine:
             return {}
         return {} if "lm_head.weight" in self._manifest else {"lm_head.weight": embedding}
 
-    async def swap_weights(
-        self, weights: StagedWeights | NcclWeights, ready: Awaitable[object] | None = None
-    ) -> Swap:
+    async def swap_weights(self, weights: Weights, ready: Awaitable[object] | None = None) -> Swap:
+        if isinstance(weights, AdapterWeights) != (self._adapters is not None):
+            raise NotEnabled(
+                "this engine serves LoRA adapters only (engine.lora)"
+                if self._adapters is not None
+                else "this engine takes whole weights: start it with engine.lora for adapters"
+            )
+        if isinstance(weights, AdapterWeights):
+            async with self._swap_lock:
+                return await self._swap_adapter(weights, ready)
         async with self._swap_lock:
             deadline = time.monotonic() + self.config.swap_timeout_s
             started = time.perf_counter()
@@ -498,6 +554,49 @@ class VLLMEngine:
             return Swap(
                 self._version, load_s=paused - started, pause_s=time.perf_counter() - paused
             )
+
+    async def _swap_adapter(self, adapter: AdapterWeights, ready: Awaitable[object] | None) -> Swap:
+        """Load ``adapter`` beside the serving one, then serve it as the next version (see
+        the module docstring); a load or check that fails leaves the old one serving."""
+        assert self._adapters is not None
+        llm = self._engine()
+        started = time.perf_counter()
+        request = await self._load_adapter(adapter)
+        if ready is not None:
+            try:
+                await ready
+            except BaseException:
+                await llm.remove_lora(request.lora_int_id)
+                raise
+        switched = time.perf_counter()
+        self._swaps += 1  # what ``abort`` stops runs again, on the new adapter
+        self._version += 1
+        self._adapters.serve(request, version=self._version)
+        await llm.update_weight_version(str(self._version))  # for vLLM's logs; unused here
+        if self.config.in_flight == "abort":
+            await llm.engine_core.pause_scheduler_async(mode="abort", clear_cache=False)
+            await llm.resume_generation()
+        for key in self._adapters.idle_old():
+            await llm.remove_lora(key)
+            self._adapters.unloaded(key)
+        return Swap(
+            self._version, load_s=switched - started, pause_s=time.perf_counter() - switched
+        )
+
+    async def _load_adapter(self, adapter: AdapterWeights) -> LoRARequest:
+        """Load ``adapter`` into the engine (not yet serving) under a new name."""
+        assert self._adapters is not None
+        request = self._adapters.new_request(str(adapter.directory))
+        try:
+            async with asyncio.timeout(self.config.swap_timeout_s):
+                loaded = await self._engine().add_lora(request)
+        except Exception as exc:
+            raise EngineFailure(
+                f"the adapter did not load; version {self._version} keeps serving: {exc!r}"
+            ) from exc
+        if not loaded:
+            raise EngineFailure(f"the engine refused the adapter; version {self._version} serves")
+        return request
 
     async def _stage(self, weights: StagedWeights | NcclWeights, deadline: float) -> bool:
         """Load file weights into the workers' shadow model while the old ones serve
@@ -632,6 +731,20 @@ def _has_cuda() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def _lora_args(config: EngineConfig) -> dict[str, Any]:
+    """vLLM's LoRA serving settings (``engine.lora``): adapters up to its rank, as many
+    loaded as it keeps."""
+    if config.lora is None:
+        return {}
+    loaded = config.lora.max_loaded
+    return {
+        "enable_lora": True,
+        "max_lora_rank": config.lora.max_rank,
+        "max_loras": loaded,
+        "max_cpu_loras": loaded,
+    }
 
 
 def _speculative(config: EngineConfig) -> dict[str, Any] | None:

@@ -41,22 +41,7 @@ _SHOWN = 5  # problems named per kind in an error message
 
 def read_header(path: Path) -> tuple[dict[str, TensorSpec], int]:
     """The tensors of one safetensors file and its data size; raises ``BadWeights``."""
-    size = path.stat().st_size
-    if size < 8:  # checked before opening: a /proc file (size 0) may block its reader
-        raise TruncatedWeights(f"{path.name}: {size} bytes, not even a header length")
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > MAX_HEADER_BYTES:
-            raise BadWeights(f"{path.name}: header length {length} is not safetensors")
-        raw = f.read(length)
-    if len(raw) < length:
-        raise TruncatedWeights(f"{path.name}: the header is cut off ({len(raw)} of {length})")
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise BadWeights(f"{path.name}: the header is not JSON ({type(exc).__name__})") from None
-    if not isinstance(header, dict):
-        raise BadWeights(f"{path.name}: the header is not a JSON object")
+    header, length, size = _raw_header(path)
     header.pop("__metadata__", None)
     tensors: dict[str, TensorSpec] = {}
     ranges = []
@@ -73,6 +58,37 @@ def read_header(path: Path) -> tuple[dict[str, TensorSpec], int]:
     if size > expected:
         raise BadWeights(f"{path.name}: {size - expected} bytes after the last tensor")
     return tensors, data_end
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The file's ``__metadata__`` (text keys and values; empty when it has none)."""
+    metadata = _raw_header(path)[0].get("__metadata__") or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise BadWeights(f"{path.name}: __metadata__ must map text to text")
+    return metadata
+
+
+def _raw_header(path: Path) -> tuple[dict[str, Any], int, int]:
+    """The header's JSON object, its length and the file's size; raises ``BadWeights``."""
+    size = path.stat().st_size
+    if size < 8:  # checked before opening: a /proc file (size 0) may block its reader
+        raise TruncatedWeights(f"{path.name}: {size} bytes, not even a header length")
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > MAX_HEADER_BYTES:
+            raise BadWeights(f"{path.name}: header length {length} is not safetensors")
+        raw = f.read(length)
+    if len(raw) < length:
+        raise TruncatedWeights(f"{path.name}: the header is cut off ({len(raw)} of {length})")
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadWeights(f"{path.name}: the header is not JSON ({type(exc).__name__})") from None
+    if not isinstance(header, dict):
+        raise BadWeights(f"{path.name}: the header is not a JSON object")
+    return header, length, size
 
 
 def _tiled(file: str, ranges: list[tuple[int, int, str]]) -> int:

@@ -72,13 +72,16 @@ class PolicyStore:
             if child.name != STATE_FILE and child.name not in keep:
                 _remove(child)
 
-    def adopt(self, files: Sequence[Path], *, move: bool) -> list[Path]:
-        """Place ``files`` in a fresh candidate folder (moved, or hard-linked/copied)."""
+    def adopt(
+        self, files: Sequence[Path], *, move: bool, names: Sequence[str] | None = None
+    ) -> list[Path]:
+        """Place ``files`` in a fresh candidate folder (moved, or hard-linked/copied),
+        under ``names`` when given (else their own)."""
         folder = self.directory / uuid.uuid4().hex
         folder.mkdir(parents=True)
         placed = []
-        for source in files:
-            target = folder / source.name
+        for source, name in zip(files, names or [f.name for f in files], strict=True):
+            target = folder / name
             if move:
                 os.replace(source, target)
             else:

@@ -19,6 +19,12 @@ An update runs in four steps, and only the third touches what the engine serves:
    version on those weights (``restore_policy``). The files they replace are removed
    after the answer (the next update waits for that), an upload kept as the spare.
 
+An engine started with ``engine.lora`` takes LoRA adapters instead of whole weights
+(``engine.weights.adapter``): an upload whose metadata declares one, or a checkpoint
+directory with peft's ``adapter_config.json``, goes through the same four steps (headers
+against the base model, values finite, swap, persist). Each kind sent to a server set up
+for the other is refused with what to change (``NotEnabled``, 409).
+
 A second update while one runs gets ``UpdateInProgress``; ``expected_version`` that is not
 the current version gets ``VersionMismatch`` (both 409 at the server). Each update is
 counted by its outcome on the metrics sink (``engine.metrics``), with the time of its two
@@ -37,24 +43,41 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 
+from rollgym.contract.adapter import AdapterShape
 from rollgym.contract.wire import WeightUpdateResult
 from rollgym.engine import metrics as m
-from rollgym.engine.base import NcclWeights, ServingEngine, StagedWeights, WeightTarget
+from rollgym.engine.base import (
+    AdapterWeights,
+    NcclWeights,
+    ServingEngine,
+    StagedWeights,
+    WeightTarget,
+)
 from rollgym.engine.config import WeightCheckConfig
 from rollgym.engine.durable import fsync_path
 from rollgym.engine.errors import (
     BadInput,
     Conflict,
     EngineError,
+    NotEnabled,
     UpdateInProgress,
     VersionMismatch,
     WeightsNotFound,
+)
+from rollgym.engine.weights.adapter import (
+    ADAPTER_CONFIG,
+    ADAPTER_FILE,
+    check_adapter,
+    shape_declared,
+    shape_in_peft_config,
+    write_adapter_config,
 )
 from rollgym.engine.weights.receive import receive
 from rollgym.engine.weights.safetensors_check import (
     check_announced,
     check_values,
     checkpoint_files,
+    read_metadata,
     stage,
     tensor_norms,
 )
@@ -97,21 +120,36 @@ class WeightUpdater:
     async def from_stream(
         self, body: AsyncIterator[bytes], expected_version: int | None
     ) -> WeightUpdateResult:
-        """Apply a safetensors file streamed as ``body``."""
+        """Apply a safetensors file streamed as ``body`` (whole weights, or an adapter)."""
         async with self._exclusive(expected_version):
             started = time.perf_counter()
             with self._upload_file() as path:
                 await receive(body, path, max_bytes=self._max_bytes)
+                shape = await asyncio.to_thread(_declared_adapter, path)
+                if shape is not None:
+                    adapter, files = await asyncio.to_thread(
+                        self._adopted_adapter, path, shape, move=True
+                    )
+                    return await self._apply(adapter, files, time.perf_counter() - started)
                 staged = await asyncio.to_thread(self._check_headers, [path])
                 files = await asyncio.to_thread(self._store.adopt, [path], move=True)
+            staged = dataclasses.replace(staged, files=tuple(files))
             return await self._apply(staged, files, time.perf_counter() - started)
 
     async def from_path(self, path: Path, expected_version: int | None) -> WeightUpdateResult:
-        """Apply safetensors file(s) at ``path`` (a file or a checkpoint directory)."""
+        """Apply safetensors file(s) at ``path`` (a file or a checkpoint directory), or the
+        adapter in a peft checkpoint directory."""
         async with self._exclusive(expected_version):
             started = time.perf_counter()
+            if (path / ADAPTER_CONFIG).is_file():
+                shape = await asyncio.to_thread(shape_in_peft_config, path / ADAPTER_CONFIG)
+                adapter, files = await asyncio.to_thread(
+                    self._adopted_adapter, path / ADAPTER_FILE, shape, move=False
+                )
+                return await self._apply(adapter, files, time.perf_counter() - started)
             staged = await asyncio.to_thread(self._checked_path, path)
             files = await asyncio.to_thread(self._store.adopt, staged.files, move=False)
+            staged = dataclasses.replace(staged, files=tuple(files))
             return await self._apply(staged, files, time.perf_counter() - started)
 
     async def from_nccl(
@@ -133,29 +171,54 @@ class WeightUpdater:
 
     def _check_headers(self, files: list[Path]) -> StagedWeights:
         """The files' headers against the manifest (file work: off the loop)."""
+        if self._target.max_lora_rank is not None:
+            raise NotEnabled(
+                "this server serves LoRA adapters on its base model (engine.lora): send an "
+                "adapter (trainer.lora.serve='adapter'), or start it without engine.lora"
+            )
         return stage(files, self._target.manifest(), aliases=self._aliases)
 
-    def _check_values(self, staged: StagedWeights) -> None:
-        """The values (CPU work: off the loop, while the engine loads them)."""
+    def _adopted_adapter(
+        self, file: Path, shape: AdapterShape, *, move: bool
+    ) -> tuple[AdapterWeights, list[Path]]:
+        """``file``'s header checked against the base model, then placed in a candidate
+        folder with the config vLLM reads (file work: off the loop)."""
+        max_rank = self._target.max_lora_rank
+        if max_rank is None:
+            raise NotEnabled(
+                "this server takes whole weights, not LoRA adapters: start it with "
+                "engine.lora (ROLLGYM_ENGINE__LORA__MAX_RANK=16), or push merged weights "
+                "(trainer.lora.serve='merged')"
+            )
+        checked = check_adapter(file, shape, self._target.manifest(), max_rank=max_rank)
+        placed = self._store.adopt([file], move=move, names=[ADAPTER_FILE])
+        config = write_adapter_config(placed[0].parent, shape)
+        return dataclasses.replace(checked, directory=placed[0].parent), [placed[0], config]
+
+    def _check_values(self, weights: StagedWeights | AdapterWeights) -> None:
+        """The values (CPU work: off the loop, while the engine loads them); an adapter's
+        are checked to be finite only (its norms say nothing of the served weights')."""
+        if isinstance(weights, AdapterWeights):
+            check_values(_adapter_file(weights), served_norms=None, max_norm_ratio=None)
+            return
         ratio = self._checks.max_norm_ratio
         if ratio is not None and self._served_norms is None and self._served is not None:
             self._served_norms = tensor_norms(self._served)
-        norms = check_values(staged, served_norms=self._served_norms, max_norm_ratio=ratio)
+        norms = check_values(weights, served_norms=self._served_norms, max_norm_ratio=ratio)
         if ratio is not None:
             self._served_norms = norms
 
     async def _apply(
-        self, checked: StagedWeights, files: list[Path], load_s: float
+        self, weights: StagedWeights | AdapterWeights, files: list[Path], load_s: float
     ) -> WeightUpdateResult:
-        """Swap in ``files``, the store's adopted copies of the header-``checked`` ones,
-        then persist them with their version. Their values are checked while the engine
-        loads them (it swaps only if they pass), and their data goes to the disk
+        """Swap in ``weights``, header-checked and made of ``files`` (the store's adopted
+        candidate), then persist them with their version. Their values are checked while
+        the engine loads them (it swaps only if they pass), and their data goes to the disk
         (``fsync``) while the engine swaps, there before the store names them."""
-        staged = dataclasses.replace(checked, files=tuple(files))
         durable = asyncio.ensure_future(asyncio.to_thread(_fsync_all, files))
-        values = asyncio.ensure_future(asyncio.to_thread(self._check_values, staged))
+        values = asyncio.ensure_future(asyncio.to_thread(self._check_values, weights))
         try:
-            result = await self._swap(staged, load_s, ready=values)
+            result = await self._swap(weights, load_s, ready=values)
             await durable
         except BaseException:
             self._served_norms = None  # the check may have moved them on
@@ -165,7 +228,8 @@ class WeightUpdater:
         replaced = await asyncio.to_thread(self._store.commit, files, result.policy_version)
         if replaced is not None:  # the answer need not wait for the old files to go
             self._retiring = asyncio.ensure_future(asyncio.to_thread(self._store.retire, replaced))
-        self._served = staged
+        if isinstance(weights, StagedWeights):
+            self._served = weights
         return result
 
     @contextlib.asynccontextmanager
@@ -205,7 +269,7 @@ class WeightUpdater:
 
     async def _swap(
         self,
-        weights: StagedWeights | NcclWeights,
+        weights: StagedWeights | NcclWeights | AdapterWeights,
         load_s: float,
         ready: Awaitable[object] | None = None,
     ) -> WeightUpdateResult:
@@ -227,17 +291,38 @@ async def restore_policy(
     engine: ServingEngine, store: PolicyStore, staging_dir: Path, aliases: dict[str, str]
 ) -> StagedWeights | None:
     """At start: drop cut-off uploads and candidates, then serve the last applied weights
-    at their version (if any update was ever applied); return them."""
+    (or adapter) at their version, if any update was ever applied; return the weights
+    (None for an adapter: nothing to compare whole weights' norms with)."""
     await asyncio.to_thread(shutil.rmtree, staging_dir, ignore_errors=True)
     await asyncio.to_thread(store.clean)
     saved = await asyncio.to_thread(store.load)
     if saved is None:
         return None
     files, version = saved
-    staged = await asyncio.to_thread(stage, files, engine.manifest(), aliases=aliases)
-    await engine.restore(staged, version)
-    logger.info("restored policy version %d from %s", version, files[0].parent)
-    return staged
+    folder = files[0].parent
+    is_adapter = (folder / ADAPTER_CONFIG).is_file()
+    if is_adapter != (engine.max_lora_rank is not None):
+        kind = "a LoRA adapter" if is_adapter else "whole weights"
+        raise EngineError(
+            f"the last applied update (version {version}, in {folder}) is {kind}, which this "
+            f"server's engine.lora setting does not serve: start it as before, or remove "
+            f"{store.directory} to start from the configured model at version 0"
+        )
+    weights: StagedWeights | AdapterWeights
+    if is_adapter:
+        shape = shape_in_peft_config(folder / ADAPTER_CONFIG)
+        weights = await asyncio.to_thread(
+            check_adapter,
+            folder / ADAPTER_FILE,
+            shape,
+            engine.manifest(),
+            max_rank=engine.max_lora_rank or 0,
+        )
+    else:
+        weights = await asyncio.to_thread(stage, files, engine.manifest(), aliases=aliases)
+    await engine.restore(weights, version)
+    logger.info("restored policy version %d from %s", version, folder)
+    return weights if isinstance(weights, StagedWeights) else None
 
 
 async def _settle(*futures: asyncio.Future[None]) -> None:
@@ -247,6 +332,16 @@ async def _settle(*futures: asyncio.Future[None]) -> None:
     for future in futures:
         if not future.cancelled():
             future.exception()
+
+
+def _declared_adapter(path: Path) -> AdapterShape | None:
+    """The adapter an upload declares in its metadata; None: whole weights."""
+    return shape_declared(read_metadata(path))
+
+
+def _adapter_file(adapter: AdapterWeights) -> StagedWeights:
+    """The adapter's tensors, as ``check_values`` reads files."""
+    return StagedWeights(files=(adapter.directory / ADAPTER_FILE,), nbytes=adapter.nbytes)
 
 
 def _fsync_all(files: list[Path]) -> None:

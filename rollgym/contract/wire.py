@@ -420,6 +420,11 @@ class PolicyInfo(BaseModel):
     policy_version: int
     model: str
     updating: bool
+    lora_max_rank: int | None = Field(
+        None,
+        description="the largest LoRA adapter rank the server serves (engine.lora): it takes "
+        "adapters only; None: it takes whole weights",
+    )
 
 
 class NcclInit(_Input):

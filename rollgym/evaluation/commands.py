@@ -193,7 +193,7 @@ def _through_server(
 
                 hf_logging.disable_progress_bar()  # stderr keeps to the one line of an error
                 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-                WeightPusher(client, version=client.policy_version(retry=False)).push(model)
+                WeightPusher.push_policy(client, model, retry=False)
             return evaluate_server(
                 client,
                 env_id=task.env_id,

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym.contract import paths
 from rollgym.contract.wire import RolloutJob, SamplingSettings
+from rollgym.engine.config import served_lora_rank
 from rollgym.models.catalog import tool_parser_for
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process
@@ -391,6 +392,9 @@ def _rollout_server(
         yield client_config
         return
     settings = config.task.sandbox_settings()
+    lora = config.trainer.lora
+    if lora is not None and lora.serve == "adapter":  # the server serves what is pushed
+        settings["ROLLGYM_ENGINE__LORA__MAX_RANK"] = str(served_lora_rank(lora.rank))
     # the warm start's weights keep the family of the model they started from
     settings["ROLLGYM_TOOL_PARSER"] = os.environ.get(
         "ROLLGYM_TOOL_PARSER", tool_parser_for(config.model_dir)

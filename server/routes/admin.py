@@ -68,6 +68,7 @@ async def nccl_init(body: NcclInit, services: ServicesDep) -> PolicyInfo:
         policy_version=services.engine.policy_version,
         model=services.settings.engine.model_name,
         updating=services.weights.updating,
+        lora_max_rank=services.engine.max_lora_rank,
     )
 
 

@@ -31,6 +31,7 @@ from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import ServerUnavailable
 from rollgym.trainer.loop import train
+from rollgym.trainer.lora import LoraSettings, load_policy
 from rollgym.trainer.weights import WeightPusher
 
 GROUP_SIZE, GROUPS = 4, 2
@@ -102,7 +103,7 @@ def _fresh_episode(client: ServerClient, version: int) -> Trajectory:
 
 
 def _assert_served_weights_are(checkpoint: Path, episode: Trajectory) -> None:
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype="float32").eval()
+    model = load_policy(checkpoint).eval()  # a whole model, or a LoRA run's base + adapter
     ids = torch.tensor([episode.prompt_ids + episode.completion_ids])
     with torch.no_grad():
         logps = model(ids).logits[0, :-1].log_softmax(-1)
@@ -226,6 +227,68 @@ def test_a_restart_brings_the_server_back_to_the_checkpoint(
     assert resumed.resumed_from == checkpoint and resumed.steps == 2
     assert resumed.policy_version == moved_to + 1 == client.policy_version()
     _assert_served_weights_are(checkpoint, _fresh_episode(client, resumed.policy_version))
+
+
+@pytest.fixture(scope="module")
+def adapter_server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
+    """A server that serves LoRA adapters on the default model (``engine.lora``)."""
+    root = tmp_path_factory.mktemp("trainer-e2e-lora")
+    with ServerProcess(
+        model_dir=default_model_dir,
+        data_dir=root / "server",
+        threads=1,
+        settings={"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024", "ROLLGYM_ENGINE__LORA__MAX_RANK": "8"},
+    ) as process:
+        yield process
+
+
+@pytest.mark.parametrize("serve", ["merged", "adapter"])
+def test_a_lora_run_serves_the_trainers_policy_merged_or_as_adapters(
+    request, default_model_dir, tmp_path, serve
+) -> None:
+    """The real twin of tests/unit/test_trainer_lora.py's fake server: every push's canary
+    passes on the real engine, and a fresh episode's behaviour logprobs are the
+    checkpoint's (base + adapter) own."""
+    server = request.getfixturevalue("server" if serve == "merged" else "adapter_server")
+    config = _config(tmp_path / "run", steps=3).model_copy(
+        update={"lora": LoraSettings(rank=8, serve=serve), "learning_rate": 2e-2}
+    )
+    with ServerClient(server.client_config()) as client:
+        start = client.policy_version()
+        result = train(
+            config,
+            client,
+            default_model_dir,
+            on_ready=lambda: client.start_rollouts(_job()),
+            printer=None,
+        )
+        try:
+            episode = _fresh_episode(client, result.policy_version)
+        finally:
+            client.stop_rollouts()
+    assert result.steps == 3 and result.policy_version == start + 4
+    mismatches = [r.alarms["served_weights_mismatch"] for r in result.records]
+    assert all(0 <= m < 2e-3 for m in mismatches), mismatches
+    checkpoint = latest_checkpoint(config.output_dir)
+    assert checkpoint is not None and (checkpoint / "adapter_config.json").is_file()
+    _assert_served_weights_are(checkpoint, episode)
+
+
+def test_a_whole_model_goes_to_an_adapter_server_as_an_adapter_that_adds_nothing(
+    adapter_server, default_model_dir
+) -> None:
+    """How ``rollgym run`` evaluates its warm start on a server that serves adapters only."""
+    base = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype="float32")
+    with ServerClient(adapter_server.client_config()) as client:
+        assert client.policy().lora_max_rank == 8
+        sync = WeightPusher.push_policy(client, base)
+        client.start_rollouts(_job())
+        try:
+            episode = _fresh_episode(client, sync.policy_version)
+        finally:
+            client.stop_rollouts()
+    assert sync.bytes < 100_000  # one rank-1 pair per layer, not the model
+    _assert_served_weights_are(default_model_dir, episode)
 
 
 def test_a_server_that_cannot_start_is_reported_with_its_log(tmp_path) -> None:

@@ -240,6 +240,9 @@ class FakeServer:
             return Reply(200, json_type, dashboard(self.box.version).model_dump_json().encode())
         if path == "/v1/models":
             return Reply(200, json_type, b'{"object": "list", "data": [{"id": "m"}]}')
+        if path == "/v1/policy":
+            policy = {"policy_version": self.box.version, "model": "m", "updating": False}
+            return Reply(200, json_type, json.dumps(policy).encode())
         return Reply(200, json_type, json.dumps({"path": path, "url": self.url}).encode())
 
     async def close(self) -> None:

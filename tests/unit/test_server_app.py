@@ -37,7 +37,12 @@ ONE_NUMBER = {"low": 5, "high": 5}  # every guess of 5 is right
 async def test_health_policy_and_models(client) -> None:
     assert (await client.get("/health")).json() == {"status": "ok", "policy_version": 0}
     policy = (await client.get("/v1/policy")).json()
-    assert policy == {"policy_version": 0, "model": "rollgym-tiny", "updating": False}
+    assert policy == {
+        "policy_version": 0,
+        "model": "rollgym-tiny",
+        "updating": False,
+        "lora_max_rank": None,
+    }
     assert (await client.get("/v1/models")).json()["data"][0]["id"] == "rollgym-tiny"
 
 

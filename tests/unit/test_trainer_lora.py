@@ -85,6 +85,32 @@ def test_a_lora_run_pushes_merged_weights_and_checkpoints_the_adapter(
     assert (exported / "tokenizer_config.json").is_file()
 
 
+def test_a_run_that_serves_adapters_pushes_the_adapter_alone(tmp_path, default_model_dir) -> None:
+    """``serve='adapter'``: each push is the adapter in peft's names, its shape in the file's
+    metadata (the server's check: tests/unit/test_server_adapter_updates.py; vLLM serving
+    it: tests/engine/test_lora_serving.py)."""
+    from safetensors.torch import load_file
+
+    from rollgym.contract.adapter import ADAPTER_METADATA, AdapterShape
+
+    fake = FakeServer(version=0)
+    lora = LoraSettings(rank=4, target_modules=["q_proj", "v_proj"], serve="adapter")
+    config = _config(tmp_path, lora=lora, canary=None)
+    result = train(config, fake.client(), default_model_dir, printer=None)
+
+    assert result.steps == 2 and fake.version == 3
+    shapes = {AdapterShape.model_validate_json(m[ADAPTER_METADATA]) for m in fake.metadata}
+    assert shapes == {AdapterShape(rank=4, alpha=8, target_modules=("q_proj", "v_proj"))}
+    last = fake.weights[-1]
+    assert last and all(k.startswith("base_model.model.") and ".lora_" in k for k in last)
+    saved = load_file(latest_checkpoint(config.output_dir) / "adapter_model.safetensors")
+    assert saved.keys() == last.keys()
+    for name, tensor in saved.items():  # the last push is the checkpointed adapter
+        torch.testing.assert_close(last[name], tensor, msg=name)
+    with pytest.raises(ValueError, match="up to rank 512"):
+        LoraSettings(rank=600, serve="adapter")
+
+
 def test_only_the_adapters_train(tmp_path, default_model_dir, monkeypatch) -> None:
     trained: list[set[str]] = []
     from rollgym.trainer import grpo

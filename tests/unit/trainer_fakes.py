@@ -16,6 +16,7 @@ This module holds no tests; the test modules import it.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 import uuid
@@ -149,6 +150,7 @@ class FakeServer:
         self.acked: set[str] = set()
         self.handed_out: list[str] = []  # every group id a pull returned, in order
         self.weights: list[dict[str, object]] = []
+        self.metadata: list[dict[str, str]] = []  # each push's safetensors __metadata__
         self.job: RolloutJob | None = None
         self.dropped_stale = 0
         self.pull_requests: list[PullRequest] = []
@@ -233,6 +235,8 @@ class FakeServer:
                 return error(409, ErrorCode.VERSION_MISMATCH, f"server is at {self.version}")
             body = await request.body()
             self.weights.append(dict(safetensors_load(body)))
+            header = json.loads(body[8 : 8 + int.from_bytes(body[:8], "little")])
+            self.metadata.append(header.get("__metadata__") or {})
             self.version += 1
             probes = request.headers.get(CANARY_HEADER)
             return WeightUpdateResult(

@@ -1,0 +1,85 @@
+"""``AdapterSlots``: which LoRA adapter serves which version, and which may be unloaded.
+
+An engine with ``engine.lora`` serves its base model plus one adapter per policy version.
+Each update loads a new adapter under a name of its own (vLLM keys the prefix cache on
+it, so no version reuses another's KV), then makes it the one new requests get. A request
+keeps the adapter it started with until it ends, so its version is the one it started
+on (vLLM's engine-wide version stamp does not apply). An older adapter is unloaded once no
+request uses it.
+
+    >>> slots = AdapterSlots()
+    >>> slots.serving
+    (0, None)
+    >>> first = slots.new_request("/adapters/a")
+    >>> slots.serve(first, version=1)
+    >>> with slots.use() as (version, request):
+    ...     second = slots.new_request("/adapters/b")
+    ...     slots.serve(second, version=2)
+    ...     (version, request.lora_name, slots.idle_old())
+    (1, 'rollgym-1', [])
+    >>> slots.idle_old()
+    [1]
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vllm.lora.request import LoRARequest
+
+
+class AdapterSlots:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._serving: tuple[int, LoRARequest | None] = (0, None)
+        self._loaded: dict[int, LoRARequest] = {}
+        self._users: collections.Counter[int] = collections.Counter()
+        self._next_id = 1
+
+    @property
+    def serving(self) -> tuple[int, LoRARequest | None]:
+        """The version new requests get and its adapter (None: the base model alone)."""
+        return self._serving
+
+    def new_request(self, directory: str) -> LoRARequest:
+        """A request for the adapter in ``directory``, under a name and id never used."""
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(f"rollgym-{self._next_id}", self._next_id, directory)
+        self._next_id += 1
+        return request
+
+    def serve(self, request: LoRARequest, *, version: int) -> None:
+        """Make ``request`` (loaded) the adapter new requests get, as ``version``."""
+        self._loaded[request.lora_int_id] = request
+        self._serving = (version, request)
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[tuple[int, LoRARequest | None]]:
+        """The serving version and adapter, counted as in use until the block ends."""
+        version, request = self._serving
+        key = request.lora_int_id if request is not None else 0
+        self._users[key] += 1
+        try:
+            yield version, request
+        finally:
+            self._users[key] -= 1
+
+    def idle_old(self) -> list[int]:
+        """Ids of loaded adapters that no longer serve and no request uses: to unload."""
+        current = self._serving[1]
+        return [
+            key
+            for key in self._loaded
+            if (current is None or key != current.lora_int_id) and self._users[key] <= 0
+        ]
+
+    def unloaded(self, key: int) -> None:
+        """Forget an adapter the engine has unloaded."""
+        self._loaded.pop(key, None)
+        self._users.pop(key, None)
