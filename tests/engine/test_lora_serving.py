@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,4 +175,21 @@ async def test_whole_weights_are_refused_and_a_restart_serves_the_last_adapter(
     # what a restarted server does at start: the store's last adapter, at its version
     await restore_policy(engine, PolicyStore(tmp_path / "policy"), tmp_path / "staging", {})
     assert engine.policy_version == version
+    assert_close(await served_logprobs(engine), hf_logprobs(model, TOKENS[:1], TOKENS[1:]))
+
+
+async def test_an_adapter_evicted_by_vllm_comes_back_from_the_engines_own_copy(
+    engine, default_model_dir, tmp_path
+) -> None:
+    """vLLM's LRU cache may evict an adapter that requests still use and read it again from
+    its path, after the store has removed a replaced version's files: the engine loads each
+    adapter from a copy it owns until it unloads it."""
+    updater = weight_updater(engine, tmp_path / "staging")
+    model = lora_model(default_model_dir, seed=9)
+    await updater.from_stream(chunks(upload(model)), None)
+    for folder in (tmp_path / "policy").iterdir():  # what the store's retire does
+        if folder.is_dir():
+            shutil.rmtree(folder)
+    _, serving = engine._adapters.serving  # what vLLM's eviction would drop
+    assert await engine.llm.remove_lora(serving.lora_int_id)
     assert_close(await served_logprobs(engine), hf_logprobs(model, TOKENS[:1], TOKENS[1:]))
