@@ -61,6 +61,11 @@ class AdapterSlots:
         """The version new requests get and its adapter (None: the base model alone)."""
         return self._serving
 
+    @property
+    def in_use(self) -> int:
+        """Requests holding an adapter (or the base model) now."""
+        return sum(self._users.values())
+
     def new_request(self, directory: Path) -> LoRARequest:
         """A request for (a copy of) the adapter in ``directory``, under a name and id never
         used."""

@@ -425,7 +425,22 @@ class VLLMEngine:
             detokenize=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
-        await self._serving.wait()
+        if self._adapters is not None:
+            final = await self._scored_alone(token_ids, params)
+        else:
+            await self._serving.wait()
+            final = await self._scored(token_ids, params)
+        if final is None or final.prompt_logprobs is None:
+            raise EngineFailure("the engine returned no prompt logprobs")
+        scores = []
+        for token, position in zip(token_ids[1:], final.prompt_logprobs[1:], strict=True):
+            if position is None or token not in position:
+                raise EngineFailure(f"the engine returned no prompt logprob for token {token}")
+            scores.append(float(position[token].logprob))
+        return scores
+
+    async def _scored(self, token_ids: Sequence[int], params: Any) -> Any:
+        """vLLM's last output of one prompt-logprobs request (None if it sent none)."""
         final = None
         with self._adapter_in_use() as (_, adapter):
             async for output in self._engine().generate(
@@ -435,14 +450,39 @@ class VLLMEngine:
                 lora_request=adapter,
             ):
                 final = output
-        if final is None or final.prompt_logprobs is None:
-            raise EngineFailure("the engine returned no prompt logprobs")
-        scores = []
-        for token, position in zip(token_ids[1:], final.prompt_logprobs[1:], strict=True):
-            if position is None or token not in position:
-                raise EngineFailure(f"the engine returned no prompt logprob for token {token}")
-            scores.append(float(position[token].logprob))
-        return scores
+        return final
+
+    async def _scored_alone(self, token_ids: Sequence[int], params: Any) -> Any:
+        """``_scored`` in an engine step of its own, for an engine serving adapters.
+
+        vLLM's CPU LoRA path computes a request's prompt logprobs right only when the
+        request is alone in its step: it applies the adapters to the prompt's rows with the
+        batch's per-request indices, and with another request in the step the engine core
+        dies (measured: a canary while rollouts ran). So new requests wait, every admitted
+        one ends (``engine.in_flight=abort``: they are stopped, and run again after), and
+        the score runs alone, like a swap's pause. Admitted is counted by the adapter
+        slots, from the gate on: vLLM's own count misses a request still on its way in.
+        """
+        assert self._adapters is not None
+        llm = self._engine()
+        async with self._swap_lock:
+            self._serving.clear()
+            try:
+                if self.config.in_flight == "abort" and self._adapters.in_use:
+                    self._swaps += 1  # what it stops runs again
+                    await llm.engine_core.pause_scheduler_async(mode="abort", clear_cache=False)
+                    await llm.resume_generation()
+                deadline = time.monotonic() + self.config.swap_timeout_s
+                while self._adapters.in_use:
+                    if time.monotonic() >= deadline:
+                        raise EngineFailure(
+                            f"running requests did not finish within engine.swap_timeout_s "
+                            f"({self.config.swap_timeout_s:g} s): nothing was scored"
+                        )
+                    await asyncio.sleep(_DRAIN_POLL_S)
+                return await self._scored(token_ids, params)
+            finally:
+                self._serving.set()
 
     def _adapter_in_use(self) -> contextlib.AbstractContextManager[tuple[int | None, Any]]:
         """The serving adapter's version and request, held for one request (no adapters:

@@ -193,3 +193,42 @@ async def test_an_adapter_evicted_by_vllm_comes_back_from_the_engines_own_copy(
     _, serving = engine._adapters.serving  # what vLLM's eviction would drop
     assert await engine.llm.remove_lora(serving.lora_int_id)
     assert_close(await served_logprobs(engine), hf_logprobs(model, TOKENS[:1], TOKENS[1:]))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def smollm2_engine(smollm2_dir):
+    """SmolLM2 (a vocabulary of 49,152): vLLM applies adapters to its logits too, where the
+    default model's small vocabulary keeps that path out."""
+    config = EngineConfig(
+        model_dir=smollm2_dir, max_model_len=1024, kv_cache_gib=0.5, lora=LoraServingConfig()
+    )
+    async with VLLMEngine(config) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("policy", ["finish", "abort"])
+async def test_a_score_while_requests_run_is_right_and_leaves_them_whole(
+    smollm2_engine, smollm2_dir, tmp_path, policy
+) -> None:
+    """vLLM's CPU LoRA path kills the engine core when a prompt-logprobs request (the
+    canary's score) shares a step with others (its logits' adapter rows are indexed per
+    request, not per prompt position): the engine scores alone, like a pause."""
+    engine = smollm2_engine
+    engine.config = engine.config.model_copy(update={"in_flight": policy})
+    updater = weight_updater(engine, tmp_path / "staging")
+    model = lora_model(smollm2_dir, seed=10)
+    await updater.from_stream(chunks(upload(model)), None)
+    long = SamplingSettings(temperature=1.0, max_tokens=120)
+    running = [asyncio.create_task(engine.generate(TOKENS, long, seed=i)) for i in range(3)]
+    for _ in range(3000):
+        if engine.llm.get_num_unfinished_requests() >= len(running):
+            break
+        await asyncio.sleep(0.01)
+    probe = list(range(40, 72))  # the canary's length: 32 tokens
+    try:
+        scored = await engine.score(probe)
+        generations = await asyncio.gather(*running)
+    finally:
+        engine.config = engine.config.model_copy(update={"in_flight": "finish"})
+    assert_close(scored, hf_logprobs(model, probe[:1], probe[1:]))
+    assert all(g.finish_reason in ("stop", "length") for g in generations)
