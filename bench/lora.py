@@ -6,7 +6,7 @@ memory and step time, and what serving an adapter costs the sampler.
 
 Per model, three arms, each a real ``rollgym serve`` on loopback and a GRPO trainer in a
 child process of its own (so its peak memory is its own), pushing after every step while
-the server samples GuessNumber groups:
+the server samples GuessNumber groups (the trainer's peak memory is read when training ends):
 
 - ``full``: every weight trained, whole weights pushed to a plain server (the baseline);
 - ``lora-merged``: rank-``r`` adapters on attention and MLP (``trainer.lora``), the merged
@@ -92,6 +92,7 @@ def run_arm(arm: str, model_dir: Path, url: str, token: str, steps: int, pushes:
                 config, client, model_dir, on_ready=lambda: client.start_rollouts(job), printer=None
             )
             client.stop_rollouts()
+            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # training's
             policy = load_policy(latest_checkpoint(config.output_dir))
             pusher = WeightPusher(
                 client,
@@ -112,7 +113,7 @@ def run_arm(arm: str, model_dir: Path, url: str, token: str, steps: int, pushes:
         "canary": max(s.server.canary.mismatch for s in syncs if s.server and s.server.canary),
         "train_s": statistics.median(r.train_s for r in result.records),
         "step_sync_s": statistics.median(r.sync_s for r in result.records),
-        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_mib": peak_mib,
     }
 
 
@@ -211,9 +212,9 @@ ROWS = (  # key, label, format, scale
     ("bytes", "push size (MB)", ".2f", 1e-6),
     ("prepare_s", "push prepared (ms): tensors, canary probes", ".1f", 1e3),
     ("update_s", "update (ms): upload, checks, load, apply, canary", ".1f", 1e3),
-    ("unchecked_s", "update without the canary (ms)", ".1f", 1e3),
     ("load_s", "of it the server's receive, checks and load (ms)", ".1f", 1e3),
     ("pause_s", "of it the server's pause (ms)", ".2f", 1e3),
+    ("unchecked_s", "update without the canary (ms)", ".1f", 1e3),
     ("canary", "canary mismatch (max, nats)", ".1e", 1.0),
     ("train_s", "GRPO step: training (s, median)", ".2f", 1.0),
     ("step_sync_s", "GRPO step: blocked on the push (s, median)", ".3f", 1.0),

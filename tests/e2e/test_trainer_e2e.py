@@ -39,19 +39,23 @@ MODEL = "rollgym-tiny"
 AGENT_KEY = "e2e-agent-key-0123456789"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("trainer-e2e")
-    with ServerProcess(
-        model_dir=default_model_dir,
+def _serve(root: Path, model_dir: Path, **settings: str) -> ServerProcess:
+    """A ``rollgym serve`` of the default model on one thread, with ``settings`` added."""
+    return ServerProcess(
+        model_dir=model_dir,
         data_dir=root / "server",
         threads=1,
-        settings={
-            "ROLLGYM_BUFFER__LEASE_TIMEOUT_S": "5",
-            "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
-            "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),
-        },
-    ) as process:
+        settings={"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024", **settings},
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
+    settings = {
+        "ROLLGYM_BUFFER__LEASE_TIMEOUT_S": "5",
+        "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),
+    }
+    with _serve(tmp_path_factory.mktemp("trainer-e2e"), default_model_dir, **settings) as process:
         yield process
 
 
@@ -233,12 +237,7 @@ def test_a_restart_brings_the_server_back_to_the_checkpoint(
 def adapter_server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
     """A server that serves LoRA adapters on the default model (``engine.lora``)."""
     root = tmp_path_factory.mktemp("trainer-e2e-lora")
-    with ServerProcess(
-        model_dir=default_model_dir,
-        data_dir=root / "server",
-        threads=1,
-        settings={"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024", "ROLLGYM_ENGINE__LORA__MAX_RANK": "8"},
-    ) as process:
+    with _serve(root, default_model_dir, ROLLGYM_ENGINE__LORA__MAX_RANK="8") as process:
         yield process
 
 
