@@ -197,8 +197,8 @@ async def test_an_adapter_evicted_by_vllm_comes_back_from_the_engines_own_copy(
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def smollm2_engine(smollm2_dir):
-    """SmolLM2 (a vocabulary of 49,152): vLLM applies adapters to its logits too, where the
-    default model's small vocabulary keeps that path out."""
+    """SmolLM2: its logits go through vLLM's LoRA logits layer; the default model's did not
+    reproduce the failure below."""
     config = EngineConfig(
         model_dir=smollm2_dir, max_model_len=1024, kv_cache_gib=0.5, lora=LoraServingConfig()
     )
