@@ -80,10 +80,11 @@ class LoraServingConfig(_Config):
     """Serve LoRA adapters on a fixed base model (vLLM's LoRA serving) instead of taking
     whole weights: each update is an adapter, each version its own adapter name.
 
-    On the 2-core CPU machine it did not pay (docs/training.md): sampling with an adapter
-    ran 2.9x slower than the plain model (SmolLM2 and the default model alike), while a
-    whole-weights push of SmolLM2 costs under a second a step. It pays where pushes are
-    costly against sampling: large models, slow links, many servers.
+    On the 2-core CPU machine it did not pay (``bench.lora``, docs/benchmarks.md): an engine
+    serving an adapter sampled 2.5-2.7x slower than the plain model (SmolLM2 and the
+    default model), while the whole-weights update it saves took 0.7 s a step on SmolLM2.
+    It pays where pushes are costly against sampling: large models, slow links, many
+    servers.
     """
 
     max_rank: int = Field(
