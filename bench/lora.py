@@ -119,7 +119,7 @@ def run_arm(arm: str, model_dir: Path, url: str, token: str, steps: int, pushes:
 
 def arm_in_server(arm: str, model_dir: Path, args: argparse.Namespace, root: Path) -> dict:
     """One arm: its server (engine.lora for ``lora-adapter``), its trainer in a child."""
-    from rollgym.engine.config import served_lora_rank
+    from rollgym.contract.adapter import served_lora_rank
     from rollgym.run.server_process import ServerProcess
 
     settings = {"ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024"}
@@ -149,8 +149,9 @@ async def sampling_rates(model_dir: Path, rank: int, scratch: Path) -> dict[str,
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from rollgym.contract.adapter import served_lora_rank
     from rollgym.contract.wire import SamplingSettings
-    from rollgym.engine.config import EngineConfig, LoraServingConfig, served_lora_rank
+    from rollgym.engine.config import EngineConfig, LoraServingConfig
     from rollgym.engine.metrics import NullMetrics
     from rollgym.engine.vllm.engine import VLLMEngine
     from rollgym.engine.weights.store import PolicyStore

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rollgym.contract import paths
+from rollgym.contract.adapter import LORA_RANKS
 from rollgym.contract.wire import SamplingSettings
 
 InFlightPolicy = Literal["finish", "abort"]
@@ -59,21 +60,6 @@ class SpeculationConfig(_Config):
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("speculation.prompt_lookup_min must be <= prompt_lookup_max")
         return self
-
-
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the largest ranks vLLM can be set to
-
-
-def served_lora_rank(rank: int) -> int:
-    """The smallest ``engine.lora.max_rank`` that serves adapters of ``rank``.
-
-    >>> served_lora_rank(4), served_lora_rank(16), served_lora_rank(17)
-    (8, 16, 32)
-    """
-    for size in LORA_RANKS:
-        if size >= rank:
-            return size
-    raise ValueError(f"vLLM serves adapters up to rank {LORA_RANKS[-1]}, not {rank}")
 
 
 class LoraServingConfig(_Config):

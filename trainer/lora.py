@@ -27,9 +27,13 @@ from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollgym.contract.adapter import ADAPTER_METADATA, AdapterShape
+from rollgym.contract.adapter import (
+    ADAPTER_CONFIG,
+    ADAPTER_METADATA,
+    AdapterShape,
+    served_lora_rank,
+)
 
-ADAPTER_CONFIG_FILE = "adapter_config.json"  # written by peft's save_pretrained
 ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -60,8 +64,8 @@ class LoraSettings(BaseModel):
 
     @model_validator(mode="after")
     def _servable(self) -> LoraSettings:
-        if self.serve == "adapter" and self.rank > 512:
-            raise ValueError("vLLM serves adapters up to rank 512: lower rank or serve merged")
+        if self.serve == "adapter":
+            served_lora_rank(self.rank)  # vLLM's largest rank, or a ValueError that says it
         return self
 
     def peft_config(self) -> LoraConfig:
@@ -133,7 +137,7 @@ def served_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def is_adapter_dir(path: Path) -> bool:
     """Whether ``path`` holds a peft adapter (a LoRA checkpoint) rather than a whole model."""
-    return (path / ADAPTER_CONFIG_FILE).is_file()
+    return (path / ADAPTER_CONFIG).is_file()
 
 
 def load_policy(model_dir: Path) -> torch.nn.Module:
@@ -153,7 +157,7 @@ def export_merged(adapter_dir: Path, output_dir: Path, *, base_model: Path | Non
     """
     if not is_adapter_dir(adapter_dir):
         raise FileNotFoundError(
-            f"{adapter_dir} holds no LoRA adapter ({ADAPTER_CONFIG_FILE} missing): "
+            f"{adapter_dir} holds no LoRA adapter ({ADAPTER_CONFIG} missing): "
             "pass a checkpoint of a run trained with trainer.lora"
         )
     base_path = base_model or Path(

@@ -20,13 +20,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rollgym.contract.adapter import ADAPTER_METADATA, AdapterShape
+from rollgym.contract.adapter import ADAPTER_CONFIG, ADAPTER_METADATA, AdapterShape
 from rollgym.engine.base import AdapterWeights, Manifest
 from rollgym.engine.errors import BadWeights
 from rollgym.engine.weights.safetensors_check import read_header
 
-ADAPTER_FILE = "adapter_model.safetensors"  # the names peft writes and vLLM reads
-ADAPTER_CONFIG = "adapter_config.json"
 _TENSOR = re.compile(r"base_model\.model\.(?P<module>.+)\.lora_(?P<half>[AB])\.weight")
 _FLOATING = {"F32", "F16", "BF16"}
 # peft options vLLM would read differently from plain LoRA (or not at all): refused

@@ -43,7 +43,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 
-from rollgym.contract.adapter import AdapterShape
+from rollgym.contract.adapter import ADAPTER_CONFIG, ADAPTER_FILE, AdapterShape
 from rollgym.contract.wire import WeightUpdateResult
 from rollgym.engine import metrics as m
 from rollgym.engine.base import (
@@ -51,6 +51,7 @@ from rollgym.engine.base import (
     NcclWeights,
     ServingEngine,
     StagedWeights,
+    Weights,
     WeightTarget,
 )
 from rollgym.engine.config import WeightCheckConfig
@@ -65,8 +66,6 @@ from rollgym.engine.errors import (
     WeightsNotFound,
 )
 from rollgym.engine.weights.adapter import (
-    ADAPTER_CONFIG,
-    ADAPTER_FILE,
     check_adapter,
     shape_declared,
     shape_in_peft_config,
@@ -133,7 +132,6 @@ class WeightUpdater:
                     return await self._apply(adapter, files, time.perf_counter() - started)
                 staged = await asyncio.to_thread(self._check_headers, [path])
                 files = await asyncio.to_thread(self._store.adopt, [path], move=True)
-            staged = dataclasses.replace(staged, files=tuple(files))
             return await self._apply(staged, files, time.perf_counter() - started)
 
     async def from_path(self, path: Path, expected_version: int | None) -> WeightUpdateResult:
@@ -149,7 +147,6 @@ class WeightUpdater:
                 return await self._apply(adapter, files, time.perf_counter() - started)
             staged = await asyncio.to_thread(self._checked_path, path)
             files = await asyncio.to_thread(self._store.adopt, staged.files, move=False)
-            staged = dataclasses.replace(staged, files=tuple(files))
             return await self._apply(staged, files, time.perf_counter() - started)
 
     async def from_nccl(
@@ -192,8 +189,7 @@ class WeightUpdater:
             )
         checked = check_adapter(file, shape, self._target.manifest(), max_rank=max_rank)
         placed = self._store.adopt([file], move=move, names=[ADAPTER_FILE])
-        config = write_adapter_config(placed[0].parent, shape)
-        return dataclasses.replace(checked, directory=placed[0].parent), [placed[0], config]
+        return checked, [placed[0], write_adapter_config(placed[0].parent, shape)]
 
     def _check_values(self, weights: StagedWeights | AdapterWeights) -> None:
         """The values (CPU work: off the loop, while the engine loads them); an adapter's
@@ -209,12 +205,13 @@ class WeightUpdater:
             self._served_norms = norms
 
     async def _apply(
-        self, weights: StagedWeights | AdapterWeights, files: list[Path], load_s: float
+        self, checked: StagedWeights | AdapterWeights, files: list[Path], load_s: float
     ) -> WeightUpdateResult:
-        """Swap in ``weights``, header-checked and made of ``files`` (the store's adopted
-        candidate), then persist them with their version. Their values are checked while
-        the engine loads them (it swaps only if they pass), and their data goes to the disk
+        """Swap in ``files``, the store's adopted copies of the header-``checked`` weights,
+        then persist them with their version. Their values are checked while the engine
+        loads them (it swaps only if they pass), and their data goes to the disk
         (``fsync``) while the engine swaps, there before the store names them."""
+        weights = _adopted(checked, files)
         durable = asyncio.ensure_future(asyncio.to_thread(_fsync_all, files))
         values = asyncio.ensure_future(asyncio.to_thread(self._check_values, weights))
         try:
@@ -269,7 +266,7 @@ class WeightUpdater:
 
     async def _swap(
         self,
-        weights: StagedWeights | NcclWeights | AdapterWeights,
+        weights: Weights,
         load_s: float,
         ready: Awaitable[object] | None = None,
     ) -> WeightUpdateResult:
@@ -332,6 +329,15 @@ async def _settle(*futures: asyncio.Future[None]) -> None:
     for future in futures:
         if not future.cancelled():
             future.exception()
+
+
+def _adopted(
+    checked: StagedWeights | AdapterWeights, files: list[Path]
+) -> StagedWeights | AdapterWeights:
+    """The header-``checked`` weights as the store's adopted ``files`` hold them."""
+    if isinstance(checked, AdapterWeights):
+        return dataclasses.replace(checked, directory=files[0].parent)
+    return dataclasses.replace(checked, files=tuple(files))
 
 
 def _declared_adapter(path: Path) -> AdapterShape | None:

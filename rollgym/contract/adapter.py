@@ -15,6 +15,22 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 ADAPTER_METADATA = "rollgym.lora"
+ADAPTER_FILE = "adapter_model.safetensors"  # a peft adapter folder's files, as vLLM reads them
+ADAPTER_CONFIG = "adapter_config.json"
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the largest ranks vLLM can be set to
+
+
+def served_lora_rank(rank: int) -> int:
+    """The smallest rank size vLLM can be set to (``engine.lora.max_rank``) that serves
+    adapters of ``rank``.
+
+    >>> served_lora_rank(4), served_lora_rank(16), served_lora_rank(17)
+    (8, 16, 32)
+    """
+    for size in LORA_RANKS:
+        if size >= rank:
+            return size
+    raise ValueError(f"vLLM serves adapters up to rank {LORA_RANKS[-1]}, not {rank}")
 
 
 class AdapterShape(BaseModel):

@@ -30,8 +30,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from rollgym.contract import paths
+from rollgym.contract.adapter import served_lora_rank
 from rollgym.contract.wire import RolloutJob, SamplingSettings
-from rollgym.engine.config import served_lora_rank
 from rollgym.models.catalog import tool_parser_for
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.run.cores import allowed_cores, pin_process

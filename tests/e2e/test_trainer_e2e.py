@@ -93,6 +93,13 @@ def _config(output_dir: Path, steps: int) -> TrainerConfig:
     )
 
 
+def _train_on_rollouts(config: TrainerConfig, client: ServerClient, model_dir: Path):
+    """``train`` against the server, with ``_job``'s rollouts started once it is ready."""
+    return train(
+        config, client, model_dir, on_ready=lambda: client.start_rollouts(_job()), printer=None
+    )
+
+
 def _fresh_episode(client: ServerClient, version: int) -> Trajectory:
     """An episode sampled entirely at ``version`` (the buffer may hold older ones)."""
     for _ in range(20):
@@ -123,13 +130,7 @@ def test_grpo_steps_push_weights_the_server_then_samples_from(
 ) -> None:
     start = client.policy_version()
     config = _config(tmp_path / "run", steps=3)
-    result = train(
-        config,
-        client,
-        default_model_dir,
-        on_ready=lambda: client.start_rollouts(_job()),
-        printer=None,
-    )
+    result = _train_on_rollouts(config, client, default_model_dir)
     assert result.steps == 3
     assert result.policy_version == client.policy_version() == start + 4  # start + 3 steps
     assert [r.policy_version for r in result.records] == [start + 2, start + 3, start + 4]
@@ -214,13 +215,7 @@ def test_a_restart_brings_the_server_back_to_the_checkpoint(
     client, default_model_dir, tmp_path
 ) -> None:
     config = _config(tmp_path / "run", steps=2)
-    train(
-        config,
-        client,
-        default_model_dir,
-        on_ready=lambda: client.start_rollouts(_job()),
-        printer=None,
-    )
+    _train_on_rollouts(config, client, default_model_dir)
     checkpoint = latest_checkpoint(config.output_dir)
     # Someone moved the server on meanwhile (another writer, or a crash after a later push).
     model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype="float32")
@@ -254,13 +249,7 @@ def test_a_lora_run_serves_the_trainers_policy_merged_or_as_adapters(
     )
     with ServerClient(server.client_config()) as client:
         start = client.policy_version()
-        result = train(
-            config,
-            client,
-            default_model_dir,
-            on_ready=lambda: client.start_rollouts(_job()),
-            printer=None,
-        )
+        result = _train_on_rollouts(config, client, default_model_dir)
         try:
             episode = _fresh_episode(client, result.policy_version)
         finally:

@@ -136,9 +136,8 @@ async def _swap_under_load(engine, default_model_dir, tmp_path, policy) -> None:
         if engine.llm.get_num_unfinished_requests() >= len(running):
             break
         await asyncio.sleep(0.01)
-    result = await updater.from_stream(chunks(upload(lora_model(default_model_dir, 5))), None)
+    await updater.from_stream(chunks(upload(lora_model(default_model_dir, 5))), None)
     assert not all(task.done() for task in running)  # the swap did not wait for them
-    assert result.apply_s < 0.05  # no pause: the new adapter is loaded beside the old one
     after = await engine.generate(TOKENS, SamplingSettings(temperature=1.0, max_tokens=4))
     generations = await asyncio.gather(*running)
     moved = version if policy == "finish" else version + 1

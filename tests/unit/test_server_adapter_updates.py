@@ -13,15 +13,19 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from rollgym.contract.adapter import ADAPTER_METADATA, AdapterShape
+from rollgym.contract.adapter import (
+    ADAPTER_CONFIG,
+    ADAPTER_FILE,
+    ADAPTER_METADATA,
+    AdapterShape,
+    served_lora_rank,
+)
 from rollgym.engine.base import AdapterWeights, StagedWeights, TensorSpec
-from rollgym.engine.config import EngineConfig, LoraServingConfig, served_lora_rank
+from rollgym.engine.config import EngineConfig, LoraServingConfig
 from rollgym.engine.errors import BadWeights, NotEnabled
 from rollgym.engine.fake import FakeEngine
 from rollgym.engine.metrics import NullMetrics
 from rollgym.engine.weights.adapter import (
-    ADAPTER_CONFIG,
-    ADAPTER_FILE,
     check_adapter,
     shape_in_peft_config,
 )
@@ -192,7 +196,7 @@ def test_a_restart_set_up_for_the_other_kind_is_refused_with_the_way_out(tmp_pat
     assert "remove" in str(raised.value) and plain.swapped == []
 
 
-def test_check_adapter_reads_the_header_only(tmp_path) -> None:
+def test_check_adapter_gives_the_adapter_served_from_its_folder(tmp_path) -> None:
     path = tmp_path / ADAPTER_FILE
     path.write_bytes(save(adapter_tensors()))
     checked = check_adapter(path, SHAPE, MANIFEST, max_rank=8)
