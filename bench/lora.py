@@ -136,7 +136,10 @@ def arm_in_server(arm: str, model_dir: Path, args: argparse.Namespace, root: Pat
         ]  # fmt: skip
         env = {**os.environ, "ROLLGYM_ADMIN_TOKEN": server.admin_token}
         subprocess.run(command, check=True, env=env)
-        return json.loads(out.read_text())
+    for kept in (root / arm / "server").iterdir():  # the log stays; weights are GBs a run
+        if kept.name != "server.log":
+            shutil.rmtree(kept) if kept.is_dir() else kept.unlink()
+    return json.loads(out.read_text())
 
 
 # --- sampling with and without an adapter, in this process --------------------------------------
