@@ -35,7 +35,7 @@ from rollgym.server.config import RunnerConfig
 from rollgym.server.errors import BadRequest, ServerError
 from rollgym.server.observability.metrics import ServerMetrics
 from rollgym.server.rollout.admission import AdmissionGate, SharedWindow
-from rollgym.server.rollout.curriculum import Curriculum
+from rollgym.server.rollout.curriculum import Curriculum, Task
 from rollgym.server.rollout.episode import EpisodeRunner, EpisodeSpec
 from rollgym.server.rollout.filtering import GroupFilter, Verdict
 from rollgym.server.rollout.ordering import SeedSchedule
@@ -206,9 +206,8 @@ class RolloutRunner:
             in_flight = len(self._groups)
             room = min(self._window.room(), max_groups - in_flight)
             for _ in range(room):
-                seed = self._next_seed(schedule)
-                part = parts[0] if len(parts) == 1 else self._rng.choices(parts, weights)[0]
-                task = asyncio.create_task(self._group(part, seed, schedule, keep))
+                env, seed = self._next_task(weights, schedule)
+                task = asyncio.create_task(self._group(parts[env], (env, seed), schedule, keep))
                 self._groups.add(task)
                 task.add_done_callback(self._group_done)
             self._wake.clear()
@@ -235,16 +234,16 @@ class RolloutRunner:
             state = json.dumps(self._curriculum.state()).encode()
             await asyncio.to_thread(write_atomic, path, state)
 
-    def _next_seed(self, schedule: SeedSchedule) -> int:
-        """The schedule's next seed the curriculum admits (any, after a pass of refusals)."""
-        seed = schedule.next()
-        if self._curriculum is None:
-            return seed
+    def _next_task(self, weights: list[float], schedule: SeedSchedule) -> Task:
+        """An env of the mixture drawn by weight and the schedule's next seed, redrawn
+        together while the curriculum holds the task back (taken anyway after a pass of
+        refusals): an env whose every task is held back is played less, not just its seeds."""
         for _ in range(_CURRICULUM_TRIES):
-            if self._curriculum.admits(seed):
+            env = 0 if len(weights) == 1 else self._rng.choices(range(len(weights)), weights)[0]
+            task = (env, schedule.next())
+            if self._curriculum is None or self._curriculum.admits(task):
                 break
-            seed = schedule.next()
-        return seed
+        return task
 
     def _stopped(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (error := task.exception()) is not None:
@@ -264,9 +263,11 @@ class RolloutRunner:
                 self._loop_task.cancel()
 
     async def _group(
-        self, job: RolloutJob, seed: int, schedule: SeedSchedule, keep: GroupFilter
+        self, job: RolloutJob, task: Task, schedule: SeedSchedule, keep: GroupFilter
     ) -> None:
-        """Roll out one group; once its episodes are done, persisting it is not cancelled."""
+        """Roll out one group of ``task`` (``job``: its env's part of the job); once its
+        episodes are done, persisting it is not cancelled."""
+        env, seed = task
         spec = EpisodeSpec.of(job, seed)
         try:
             trajectories = await asyncio.gather(
@@ -277,7 +278,7 @@ class RolloutRunner:
             raise
         if trajectories:
             schedule.observe(seed, statistics.fmean(len(t.completion_ids) for t in trajectories))
-        persisting = asyncio.ensure_future(self._keep(job, spec, trajectories, keep))
+        persisting = asyncio.ensure_future(self._keep(job, env, spec, trajectories, keep))
         try:
             await asyncio.shield(persisting)
         except asyncio.CancelledError:
@@ -285,7 +286,12 @@ class RolloutRunner:
             raise
 
     async def _keep(
-        self, job: RolloutJob, spec: EpisodeSpec, trajectories: list[Trajectory], keep: GroupFilter
+        self,
+        job: RolloutJob,
+        env: int,
+        spec: EpisodeSpec,
+        trajectories: list[Trajectory],
+        keep: GroupFilter,
     ) -> None:
         if cut := sum(t.truncated_by_context for t in trajectories):
             self._counts.truncated_by_context += cut
@@ -297,7 +303,9 @@ class RolloutRunner:
             self._metrics.invalid.inc()
         verdict = keep.verdict([t.reward for t in valid])
         if self._curriculum is not None and spec.task_seed is not None and len(valid) >= 2:
-            self._curriculum.observe(spec.task_seed, flat=keep.flat([t.reward for t in valid]))
+            self._curriculum.observe(
+                (env, spec.task_seed), flat=keep.flat([t.reward for t in valid])
+            )
             await self._save_curriculum()
         if verdict is Verdict.KEEP:
             group = TrajectoryGroup(

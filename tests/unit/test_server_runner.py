@@ -316,6 +316,35 @@ async def test_a_curriculum_plays_a_task_that_teaches_nothing_less(
         assert flat >= kept - 1  # half the groups
 
 
+async def test_a_curriculum_holds_back_a_mixtures_solved_env_not_the_seeds_of_the_other(
+    codec, buffer
+) -> None:
+    """Two envs on the same seeds: every group of the first scores alike (it teaches
+    nothing), the second's do not. A task is an env and a seed, so after one flat group
+    per seed the first env stops being played (floor 0) while the second plays the same
+    seeds on: the first env's flat groups are at most its two tasks'. Keyed by seed
+    alone, half the groups would still go to the first env (its seeds are admitted again
+    by the second's groups) and be dropped flat."""
+    counter = iter(range(1_000_000))
+
+    def reward(seed: int, action: str) -> float:
+        return float(next(counter) % 2)
+
+    envs = ScriptedEnvs(turns=1, reward_of=reward)
+    sampler, _ = runner(
+        codec, FakeEngine(answer(codec, "3")), envs, buffer, max_concurrent_episodes=2
+    )
+    job = RolloutJob(
+        env_id=GUESS, env_kwargs={"low": 1, "high": 4}, group_size=2, groups_per_batch=64,
+        max_staleness=0, seeds=[1, 2], mixture=[MixedEnv(env_id=SCRIPTED)],
+        curriculum=CurriculumSettings(window=1, floor=0.0),
+    )  # fmt: skip
+    await sampler.start(job)
+    await wait_for(lambda: sampler.status().completed_groups >= 12)
+    status = await sampler.stop()
+    assert status.dropped_zero_variance <= 2
+
+
 async def test_a_resumed_job_keeps_its_curriculums_memory(codec, buffer, tmp_path) -> None:
     """A server restart resumes the persisted job with what the curriculum had learnt:
     seed 1 (flat) stays held back instead of being played once more."""
