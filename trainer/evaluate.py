@@ -183,7 +183,7 @@ def evaluate_weights(
     env_id: str,
     env_kwargs: dict[str, object],
     seeds: Sequence[int],
-    max_turns: int,
+    max_turns: int | None,
     sampling: SamplingSettings,
     timeout_s: float = 900.0,
     progress: Callable[[str], object] | None = None,

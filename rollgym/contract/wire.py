@@ -281,6 +281,22 @@ class MixedEnv(_Input):
     weight: float = Field(1.0, gt=0, le=1e6, description="its share of the groups, relative")
 
 
+def distinct_env_ids(env_ids: list[str]) -> None:
+    """Refuse a mixture that names an env twice: groups, numbers and evaluations are kept
+    apart by env id, so two variants of one env need ids of their own.
+
+    >>> distinct_env_ids(["a", "b", "a"])
+    Traceback (most recent call last):
+    ValueError: a mixture names a twice: register each variant under its own id (gymnasium.register(id=..., entry_point=..., kwargs=...)), its numbers are kept by id
+    """
+    twice = sorted({env_id for env_id in env_ids if env_ids.count(env_id) > 1})
+    if twice:
+        raise ValueError(
+            f"a mixture names {', '.join(twice)} twice: register each variant under its own id "
+            "(gymnasium.register(id=..., entry_point=..., kwargs=...)), its numbers are kept by id"
+        )
+
+
 class CurriculumSettings(_Input):
     """Play less the seeds whose last ``window`` groups were all solved or all failed
     (rewards all equal): only with probability ``floor`` (``server.rollout.curriculum``)."""
@@ -330,6 +346,11 @@ class RolloutJob(RunShape, _Input):
             raise ValueError(
                 "curriculum needs a seed list (seeds): only tasks that come back can be played less"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _envs_differ(self) -> RolloutJob:
+        distinct_env_ids([self.env_id, *(part.env_id for part in self.mixture)])
         return self
 
     def parts(self) -> list[RolloutJob]:

@@ -38,7 +38,7 @@ from rollgym.run.cores import allowed_cores, pin_process
 from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.run.plot import write_report_png
 from rollgym.run.server_process import ServerProcess
-from rollgym.run.summary import write_summary
+from rollgym.run.summary import HeldOut, write_summary
 from rollgym.run.task import TaskConfig, claim_run_dir
 from rollgym.run.warmstart import WarmStartConfig, warm_start
 from rollgym.trainer.alarms import alarm_crossings
@@ -276,7 +276,7 @@ class RunReport:
     summary_json: Path
     alarm_crossings: list[tuple[int, str, float]]  # (step, metric, value)
     best: SuccessRate | None = None  # the best online point's weights, held out
-    per_env: dict[str, SuccessRate] = dataclasses.field(default_factory=dict)  # RL, held out
+    per_env: dict[str, HeldOut] = dataclasses.field(default_factory=dict)  # every env's
 
 
 def run_default(
@@ -323,19 +323,12 @@ def run_default(
             printer=printer,
         )
         client.stop_rollouts()
-        warm_rate = final_rate = best_rate = None
-        per_env: dict[str, SuccessRate] = {}
+        per_env: dict[str, HeldOut] = {}
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
-            warm_rate = _evaluate(client, config, warm_dir, printer)
-            final_rate = _evaluate(client, config, final_weights(config), printer)
-            printer(f"  warm start: {warm_rate}\n  after RL:   {final_rate}")
-            per_env = {config.task.env_id: final_rate, **_evaluate_mixture(client, config, printer)}
-            for env, env_rate in list(per_env.items())[1:]:
-                printer(f"  after RL on {env}: {env_rate}")
-            if result.best_dir is not None:
-                best_rate = _evaluate(client, config, result.best_dir, printer)
-                printer(f"  best (online evaluation): {best_rate}")
+            per_env = _held_out(client, config, warm_dir, result.best_dir, printer)
+        headline = per_env.get(config.task.env_id, HeldOut())
+        warm_rate, final_rate, best_rate = headline.warm_start, headline.final, headline.best
     printer("[5/5] report")
     crossings = alarm_crossings(result.records, config.trainer.alarms)
     png = write_report_png(result, config.run_dir / "report.png", warm_rate, final_rate, crossings)
@@ -436,23 +429,33 @@ def final_weights(config: RunConfig) -> Path:
     return checkpoint
 
 
-def _evaluate_mixture(
-    client: ServerClient, config: RunConfig, printer: Callable[[str], object]
-) -> dict[str, SuccessRate]:
-    """The served policy (the final weights) on each env mixed in beside ``env_id``."""
-    rates = {}
-    for part in config.task.mixture:
-        env_kwargs: dict[str, object] = dict(part.env_kwargs)
-        rates[part.env_id] = evaluate_server(
-            client,
-            env_id=part.env_id,
-            env_kwargs=env_kwargs,
-            seeds=held_out_seeds(config.eval_episodes),
-            max_turns=part.max_turns,
-            sampling=config.sampling(),
-            progress=printer,
-        ).per_sample
-    return rates
+def _held_out(
+    client: ServerClient,
+    config: RunConfig,
+    warm_dir: Path,
+    best_dir: Path | None,
+    printer: Callable[[str], object],
+) -> dict[str, HeldOut]:
+    """The warm start, the last weights and the best point's (if any) on the held-out seeds
+    of every env of the run, each pushed once and played on each env in turn."""
+    policies = {"warm start": warm_dir, "after RL": final_weights(config)}
+    if best_dir is not None:
+        policies["best (online evaluation)"] = best_dir
+    rates = {
+        name: _evaluate(client, config, model_dir, printer) for name, model_dir in policies.items()
+    }
+    mixture = len(config.task.envs()) > 1
+    for name, per_env in rates.items():
+        for env, rate in per_env.items():
+            printer(f"  {name}{f' on {env}' if mixture else ''}: {rate}")
+    return {
+        env: HeldOut(
+            warm_start=rates["warm start"][env],
+            final=rates["after RL"][env],
+            best=rates.get("best (online evaluation)", {}).get(env),
+        )
+        for env in rates["warm start"]
+    }
 
 
 def _evaluate(
@@ -460,14 +463,20 @@ def _evaluate(
     config: RunConfig,
     model_dir: Path,
     printer: Callable[[str], object] | None = None,
-) -> SuccessRate:
-    return evaluate_weights(
-        client,
-        model_dir,
-        env_id=config.task.env_id,
-        env_kwargs=config.task.env_kwargs,
-        seeds=held_out_seeds(config.eval_episodes),
-        max_turns=config.task.max_turns,
-        sampling=config.sampling(),
-        progress=printer,
-    )
+) -> dict[str, SuccessRate]:
+    """``model_dir``'s weights, pushed, on ``eval_episodes`` held-out seeds of each env."""
+    rates = {}
+    for i, part in enumerate(config.task.envs()):
+        where: dict[str, Any] = {
+            "env_id": part.env_id,
+            "env_kwargs": dict(part.env_kwargs),
+            "seeds": held_out_seeds(config.eval_episodes),
+            "max_turns": part.max_turns,
+            "sampling": config.sampling(),
+            "progress": printer,
+        }
+        if i == 0:  # the push, then the other envs on the same weights
+            rates[part.env_id] = evaluate_weights(client, model_dir, **where)
+        else:
+            rates[part.env_id] = evaluate_server(client, **where).per_sample
+    return rates

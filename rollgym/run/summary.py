@@ -16,6 +16,16 @@ def _rate(value: SuccessRate | None) -> dict[str, float] | None:
     return None if value is None else {**dataclasses.asdict(value), "rate": value.rate}
 
 
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+    """One env's held-out success: the warm start's, the last weights', the best point's
+    (``None``: not evaluated)."""
+
+    warm_start: SuccessRate | None = None
+    final: SuccessRate | None = None
+    best: SuccessRate | None = None
+
+
 def write_summary(report: RunReport, config: RunConfig) -> None:
     """``report.summary_json``: the run's numbers, each env's part, and its config."""
     summary = {
@@ -56,7 +66,8 @@ def write_summary(report: RunReport, config: RunConfig) -> None:
 
 def _per_env(report: RunReport) -> dict[str, dict[str, Any]]:
     """Each env's part of the run: the episodes trained on, their mean reward and success
-    (over all steps), and its held-out success after RL (``None``: not evaluated)."""
+    (over all steps), and its held-out success of the warm start, after RL and at the best
+    point (``None``: not evaluated)."""
     sums: dict[str, list[float]] = {}  # env -> [episodes, reward sum, successes]
     for record in report.train.records:
         for env, part in record.per_env.items():
@@ -68,10 +79,13 @@ def _per_env(report: RunReport) -> dict[str, dict[str, Any]]:
     out = {}
     for env in envs:
         episodes, rewards, successes = sums.get(env, [0.0, 0.0, 0.0])
+        held_out = report.per_env.get(env, HeldOut())
         out[env] = {
             "trained_episodes": int(episodes),
             "reward_mean": rewards / episodes if episodes else None,
             "success_rate": successes / episodes if episodes else None,
-            "held_out_rl": _rate(report.per_env.get(env)),
+            "held_out_warm_start": _rate(held_out.warm_start),
+            "held_out_rl": _rate(held_out.final),
+            "held_out_best": _rate(held_out.best),
         }
     return out

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rollgym.contract.wire import CurriculumSettings, MixedEnv
+from rollgym.contract.wire import CurriculumSettings, MixedEnv, distinct_env_ids
 from rollgym.run.demos import GUESS_ID, GUESS_RULES
 from rollgym.trainer.errors import TrainerConfigError
 
@@ -60,6 +60,11 @@ class TaskConfig(BaseModel):
                 "a curriculum needs task.seed_pool (--seed-pool N): tasks must come back to "
                 "be played less"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _envs_differ(self) -> TaskConfig:
+        distinct_env_ids([self.env_id, *(part.env_id for part in self.mixture)])
         return self
 
     def envs(self) -> list[MixedEnv]:

@@ -83,6 +83,7 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
     assert per_env[ENV_ID]["trained_episodes"] > 0  # GuessNumber's groups may all be dropped
     for env in (ENV_ID, MIXED):  # zero-variance by an untrained model; both are evaluated
         assert per_env[env]["held_out_rl"]["episodes"] == 4
+        assert per_env[env]["held_out_warm_start"]["episodes"] == 4
 
     grpo = run_dir / "grpo"
     steps = [json.loads(line) for line in (grpo / "steps.jsonl").open()]

@@ -8,7 +8,7 @@ import json
 
 from rollgym.run.pipeline import RunConfig, RunReport
 from rollgym.run.plot import env_success_curves, write_report_png
-from rollgym.run.summary import write_summary
+from rollgym.run.summary import HeldOut, write_summary
 from rollgym.trainer.checkpoint import DropCounts
 from rollgym.trainer.evaluate import SuccessRate
 from rollgym.trainer.loop import TrainResult
@@ -50,7 +50,11 @@ def test_each_env_gets_its_trained_numbers_and_held_out_rate(tmp_path) -> None:
     report = RunReport(
         train=train, warm_start=None, final=_rate(3, 4), wall_s=1.0,
         report_png=tmp_path / "report.png", summary_json=tmp_path / "summary.json",
-        alarm_crossings=[], per_env={GUESS: _rate(3, 4), MINE: _rate(1, 4)},
+        alarm_crossings=[],
+        per_env={
+            GUESS: HeldOut(warm_start=_rate(1, 4), final=_rate(3, 4)),
+            MINE: HeldOut(warm_start=_rate(0, 4), final=_rate(1, 4), best=_rate(2, 4)),
+        },
     )  # fmt: skip
     write_summary(report, RunConfig(run_dir=tmp_path))
     per_env = json.loads((tmp_path / "summary.json").read_text())["per_env"]
@@ -58,6 +62,10 @@ def test_each_env_gets_its_trained_numbers_and_held_out_rate(tmp_path) -> None:
     assert per_env[GUESS]["reward_mean"] == 6 / 8 and per_env[GUESS]["success_rate"] == 5 / 8
     assert per_env[MINE]["trained_episodes"] == 2 and per_env[MINE]["reward_mean"] == 0.0
     assert per_env[MINE]["held_out_rl"]["rate"] == 0.25
+    assert per_env[MINE]["held_out_warm_start"]["rate"] == 0.0
+    assert per_env[MINE]["held_out_best"]["rate"] == 0.5
+    assert per_env[GUESS]["held_out_warm_start"]["rate"] == 0.25
+    assert per_env[GUESS]["held_out_best"] is None  # no best point: not evaluated
 
 
 def test_report_png_draws_each_envs_success_only_for_a_mixture(tmp_path) -> None:

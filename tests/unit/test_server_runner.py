@@ -381,3 +381,14 @@ async def test_a_resumed_job_keeps_its_curriculums_memory(codec, buffer, tmp_pat
 def test_a_curriculum_needs_a_seed_list() -> None:
     with pytest.raises(ValueError, match="curriculum needs a seed list"):
         RolloutJob(env_id=SCRIPTED, curriculum=CurriculumSettings())
+
+
+def test_a_mixture_that_names_an_env_twice_is_refused() -> None:
+    """Groups and evaluations are kept apart by env id: two variants of one env under one
+    id would be reported as one, so the job says to register each under its own."""
+    with pytest.raises(ValueError, match="names rollgym/GuessNumber-v0 twice: register"):
+        RolloutJob(
+            env_id=GUESS,
+            env_kwargs={"low": 1, "high": 4},
+            mixture=[MixedEnv(env_id=GUESS, env_kwargs={"low": 1, "high": 16})],
+        )
