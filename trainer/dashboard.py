@@ -3,8 +3,9 @@
 The server draws the loop's four stages; three of them it sees itself, the training stage
 only the trainer knows. After every optimizer step ``DashboardCallback`` posts the step's
 ``StepRecord`` and the training spans (compute, weight push, checkpoint) recorded since
-its last report, as the dashboard's ``TrainerReport``. A server without the dashboard
-(404) turns the reports off for the run, with one line said about it.
+its last report, as the dashboard's ``TrainerReport``; the answer's cost board (``cost``)
+goes to the trackers with the next step's series. A server without the dashboard (404)
+turns the reports off for the run, with one line said about it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from rollgym.contract.cost import CostBoard
 from rollgym.contract.dashboard import TrainerReport
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.errors import ServerReplyError
@@ -36,6 +38,7 @@ class DashboardCallback(TrainerCallback):
         self.enabled = True
         self._spans_sent = 0
         self._reported = -1
+        self.cost: CostBoard | None = None  # the server's board after the last report
 
     def on_log(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -50,7 +53,7 @@ class DashboardCallback(TrainerCallback):
         step_numbers = self.progress.steps[-1].model_dump(exclude={"per_env"})  # not drawn yet
         report = TrainerReport(**step_numbers, busy_spans=spans)
         try:
-            self.client.report_step(report)
+            self.cost = self.client.report_step(report).cost
         except ServerReplyError as exc:
             if exc.status != 404:
                 raise

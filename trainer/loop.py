@@ -147,6 +147,7 @@ def train(
             printer=printer,
             settle=background.wait if background else None,
         )
+    dashboard = DashboardCallback(client, progress, printer=printer)
     with warnings.catch_warnings():
         # rollout_func is marked experimental; we pin TRL to 1.16.x where it is as documented.
         warnings.filterwarnings("ignore", message=".*'rollout_func'.*", category=UserWarning)
@@ -161,12 +162,15 @@ def train(
             peft_config=config.lora.peft_config() if config.lora is not None else None,
             max_step_kl=config.max_step_kl,
             series=lambda: step_series(
-                progress, ledger.dropped, online.points if online is not None else ()
+                progress,
+                ledger.dropped,
+                online.points if online is not None else (),
+                dashboard.cost,
             ),
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed
                 *([online] if online is not None else []),
-                DashboardCallback(client, progress, printer=printer),
+                dashboard,
                 ledger_callback,
             ],
         )

@@ -13,6 +13,11 @@ reaches every tracker and no second logger exists::
     rollgym/latency/<part>_p50 (p90, p99)           model, environment, sandbox turns (s)
     rollgym/online_eval/success_rate                at the steps that evaluate
     rollgym/env/<env_id>/reward_mean, .../success_rate   each env's part of the batch
+    rollgym/cost/<figure>                           the server's cost board after the previous
+                                                    step's report (rollgym.contract.cost):
+                                                    machine_s_per_trained_sample,
+                                                    cost_per_trained_sample (priced servers),
+                                                    generated_tokens_per_s, machine_s_per_1k_tokens
 
 The names are TensorBoard tags as they are (TensorBoard groups on the first ``/``).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rollgym.contract.cost import CostBoard
 from rollgym.trainer.checkpoint import DropCounts
 from rollgym.trainer.online_eval import OnlinePoint
 from rollgym.trainer.progress import RunProgress
@@ -28,8 +34,19 @@ from rollgym.trainer.progress import RunProgress
 PREFIX = "rollgym/"
 
 
+COST_FIGURES = (
+    "machine_s_per_trained_sample",
+    "cost_per_trained_sample",
+    "generated_tokens_per_s",
+    "machine_s_per_1k_tokens",
+)
+
+
 def step_series(
-    progress: RunProgress, dropped: DropCounts, online: Sequence[OnlinePoint] = ()
+    progress: RunProgress,
+    dropped: DropCounts,
+    online: Sequence[OnlinePoint] = (),
+    cost: CostBoard | None = None,
 ) -> dict[str, float]:
     """The series at the step ``progress`` closed last (empty before the first)."""
     if not progress.steps:
@@ -54,4 +71,7 @@ def step_series(
         out[f"env/{env}/success_rate"] = env_step.success_rate
     if online and online[-1].step == record.step:
         out["online_eval/success_rate"] = online[-1].rate
+    if cost is not None:  # a figure the board cannot tell yet (None) is left out
+        figures = {name: getattr(cost, name) for name in COST_FIGURES}
+        out.update({f"cost/{name}": value for name, value in figures.items() if value is not None})
     return {PREFIX + key: value for key, value in out.items()}

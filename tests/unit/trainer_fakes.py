@@ -31,6 +31,7 @@ from safetensors.torch import load as safetensors_load
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from rollgym.contract.canary import CANARY_HEADER, CanaryProbes, CanaryResult, logprob_mismatch
+from rollgym.contract.cost import CostBoard
 from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.staleness import oldest_fresh_version
@@ -298,7 +299,10 @@ class FakeServer:
         @app.post("/admin/dashboard/trainer")
         def report(body: TrainerReport) -> TrainerAccepted:
             self.reports.append(body)
-            return TrainerAccepted(step=body.step, spans=len(body.busy_spans))
+            cost = CostBoard(  # a figure that names the step it was answered to
+                device="cpu", devices=2, window_s=1.0, machine_s_per_trained_sample=1.5 * body.step
+            )
+            return TrainerAccepted(step=body.step, spans=len(body.busy_spans), cost=cost)
 
     def _pull(self, request: PullRequest) -> PullResponse:
         fresh, dropped = [], 0
