@@ -49,13 +49,16 @@ for _id, _kinds in ((EASY, ["add", "sum"]), (HARD, ["mul"])):
 ARMS = ("uniform", "curriculum")
 
 
-def mixture(seed_pool: int, curriculum: bool) -> dict:
-    """The ``task`` table of an arm: the two envs by weight on a seed pool."""
+def mixture(preset_task: dict, seed_pool: int, curriculum: bool) -> dict:
+    """The ``task`` table of an arm: the two envs by weight on a seed pool, with the built-in
+    run's tokens, temperature and boxes (a new env id would start from the task's defaults)."""
+    keep = ("max_turns", "max_tokens", "temperature", "sandboxes")
     return {
+        **{name: preset_task[name] for name in keep},
         "env_id": f"{MODULE}:{EASY}",
         "env_kwargs": {},
         "weight": 2.0,
-        "mixture": [{"env_id": f"{MODULE}:{HARD}", "weight": 1.0, "max_turns": 3}],
+        "mixture": [{"env_id": f"{MODULE}:{HARD}", "weight": 1.0, "max_turns": preset_task["max_turns"]}],
         "seed_pool": seed_pool,
         "curriculum": {} if curriculum else None,
     }
@@ -93,7 +96,7 @@ def main() -> None:
                 "warmstart": None,
                 "seed": seed,
                 "eval_episodes": args.episodes,
-                "task": mixture(args.seed_pool, arm == "curriculum"),
+                "task": mixture(base["task"], args.seed_pool, arm == "curriculum"),
                 "trainer": {"total_steps": args.steps},
             }
             config = parse_config(RunConfig, **layered(base, layer))
