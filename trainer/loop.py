@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from transformers import PrinterCallback
@@ -80,19 +80,19 @@ def train(
     *,
     resume: bool = True,
     on_ready: Callable[[], object] | None = None,
-    eval_task: EvalTask | None = None,
+    eval_tasks: Sequence[EvalTask] = (),
     printer: Callable[[str], object] | None = print,
     starts_served: bool = False,
 ) -> TrainResult:
     """Train ``model`` (a directory) with GRPO on the server's groups until ``total_steps``.
 
     ``on_ready`` runs once the server holds the trainer's starting weights (e.g. to start
-    the rollout job); ``eval_task`` is what ``config.online_eval`` plays (the training
-    task); ``printer`` gets the progress table after every step; ``starts_served``: the
+    the rollout job); ``eval_tasks`` are what ``config.online_eval`` plays (each env the
+    run trains on); ``printer`` gets the progress table after every step; ``starts_served``: the
     server serves ``model``'s weights at its version now, so a fresh run pushes nothing first.
     """
-    if config.online_eval is not None and eval_task is None:
-        raise TrainerConfigError("online_eval needs the task to play: pass eval_task")
+    if config.online_eval is not None and not eval_tasks:
+        raise TrainerConfigError("online_eval needs the task to play: pass eval_tasks")
     checkpoint = latest_checkpoint(config.output_dir) if resume else None
     resumed = read_state(checkpoint) if checkpoint else None
     ledger = DataLedger(resumed)
@@ -135,13 +135,13 @@ def train(
         client=client, ledger=ledger, pusher=pusher, progress=progress, background=background
     )
     online = None
-    if config.online_eval is not None and eval_task is not None:
+    if config.online_eval is not None and eval_tasks:
         online = OnlineEvaluation(
             client=client,
             pusher=pusher,
             config=config.online_eval,
             guard=config.guard,
-            task=eval_task,
+            tasks=eval_tasks,
             output_dir=config.output_dir,
             resumed_step=resumed.step if resumed else 0,
             printer=printer,

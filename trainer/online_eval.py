@@ -3,7 +3,9 @@
 Every ``every`` optimizer steps (once that step's weights reached the server),
 ``OnlineEvaluation`` asks the server for evaluation episodes on seeds of its own
 (``trainer.evaluate.evaluate_server``: unfiltered, beside the training job, never trained
-on) and appends the point to ``<output_dir>/online_eval.jsonl``. The best point's weights
+on), on each env the run trains on (a mixture: the same seeds on each, the point's rate
+pooled over them, each env's kept in ``per_env``), and appends the point to
+``<output_dir>/online_eval.jsonl``. The best point's weights
 are saved to ``<output_dir>/best`` (a model directory), beside TRL's last checkpoint.
 
 With a guard (``GuardConfig``), a point more than ``margin`` below the best so far sends
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from rollgym.contract.wire import SamplingSettings
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import GuardConfig, OnlineEvalConfig
-from rollgym.trainer.evaluate import evaluate_server
+from rollgym.trainer.evaluate import evaluate_server, wilson_interval
 from rollgym.trainer.lora import load_policy
 from rollgym.trainer.weights import WeightPusher
 
@@ -37,7 +39,7 @@ BEST_DIR = "best"
 
 @dataclasses.dataclass(frozen=True)
 class EvalTask:
-    """What the online evaluation plays: the training task's env and sampling."""
+    """What the online evaluation plays: an env the run trains on, and its sampling."""
 
     env_id: str
     env_kwargs: dict[str, object]
@@ -45,8 +47,21 @@ class EvalTask:
     sampling: SamplingSettings
 
 
+class EnvScore(BaseModel):
+    """One env's part of an online evaluation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    successes: int
+    episodes: int
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+
 class OnlinePoint(BaseModel):
-    """One online evaluation (a line of ``online_eval.jsonl``)."""
+    """One online evaluation (a line of ``online_eval.jsonl``); a mixture's envs pooled."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -58,6 +73,7 @@ class OnlinePoint(BaseModel):
     high: float
     infra_failures: int
     rolled_back: bool = False  # this point sent training back to the best weights
+    per_env: dict[str, EnvScore] = {}  # each env's part (a mixture only)
 
     @property
     def rate(self) -> float:
@@ -83,7 +99,7 @@ class OnlineEvaluation(TrainerCallback):
         pusher: WeightPusher,
         config: OnlineEvalConfig,
         guard: GuardConfig | None,
-        task: EvalTask,
+        tasks: Sequence[EvalTask],
         output_dir: Path,
         resumed_step: int = 0,
         printer: Callable[[str], object] | None = print,
@@ -92,7 +108,9 @@ class OnlineEvaluation(TrainerCallback):
         """``settle`` waits for a push still in flight (``trainer.background_push``)."""
         self.settle = settle
         self.client, self.pusher, self.config, self.guard = client, pusher, config, guard
-        self.task, self.output_dir, self.printer = task, output_dir, printer
+        if not tasks:
+            raise ValueError("an online evaluation needs a task to play")
+        self.tasks, self.output_dir, self.printer = list(tasks), output_dir, printer
         self.points = read_points(output_dir, up_to_step=resumed_step)
         (output_dir / POINTS_FILE).parent.mkdir(parents=True, exist_ok=True)
         (output_dir / POINTS_FILE).write_text(
@@ -130,28 +148,37 @@ class OnlineEvaluation(TrainerCallback):
             f"{100 * point.rate:.1f}% ({point.successes}/{point.episodes}, 95% CI "
             f"{100 * point.low:.1f}-{100 * point.high:.1f}%)"
             + (f", {point.infra_failures} infrastructure failures" if point.infra_failures else "")
+            + "".join(f"\n    {env}: {100 * part.rate:.1f}%" for env, part in point.per_env.items())
         )
 
     def _evaluate(self, step: int) -> OnlinePoint:
         first = self.config.first_seed
-        evaluation = evaluate_server(
-            self.client,
-            env_id=self.task.env_id,
-            env_kwargs=self.task.env_kwargs,
-            seeds=range(first, first + self.config.episodes),
-            max_turns=self.task.max_turns,
-            sampling=self.task.sampling,
-            timeout_s=self.config.timeout_s,
-        )
-        rate = evaluation.per_sample
+        per_env, infra_failures = {}, 0
+        for task in self.tasks:
+            evaluation = evaluate_server(
+                self.client,
+                env_id=task.env_id,
+                env_kwargs=task.env_kwargs,
+                seeds=range(first, first + self.config.episodes),
+                max_turns=task.max_turns,
+                sampling=task.sampling,
+                timeout_s=self.config.timeout_s,
+            )
+            rate = evaluation.per_sample
+            per_env[task.env_id] = EnvScore(successes=rate.successes, episodes=rate.episodes)
+            infra_failures += evaluation.infra_failures
+        successes = sum(part.successes for part in per_env.values())
+        episodes = sum(part.episodes for part in per_env.values())
+        low, high = wilson_interval(successes, episodes)
         return OnlinePoint(
             step=step,
             policy_version=self.pusher.version,
-            successes=rate.successes,
-            episodes=rate.episodes,
-            low=rate.low,
-            high=rate.high,
-            infra_failures=evaluation.infra_failures,
+            successes=successes,
+            episodes=episodes,
+            low=low,
+            high=high,
+            infra_failures=infra_failures,
+            per_env=per_env if len(per_env) > 1 else {},
         )
 
     def _keep_best(self, model: Any, tokenizer: Any) -> None:

@@ -12,6 +12,7 @@ reaches every tracker and no second logger exists::
     rollgym/stage/<stage>/busy_s, .../waiting_s     sampling, environment, buffer, training
     rollgym/latency/<part>_p50 (p90, p99)           model, environment, sandbox turns (s)
     rollgym/online_eval/success_rate                at the steps that evaluate
+    rollgym/online_eval/<env_id>/success_rate       each env's, in a mixture
     rollgym/env/<env_id>/reward_mean, .../success_rate   each env's part of the batch
     rollgym/cost/<figure>                           the server's cost board after the previous
                                                     step's report (rollgym.contract.cost):
@@ -71,6 +72,8 @@ def step_series(
         out[f"env/{env}/success_rate"] = env_step.success_rate
     if online and online[-1].step == record.step:
         out["online_eval/success_rate"] = online[-1].rate
+        for env, score in online[-1].per_env.items():
+            out[f"online_eval/{env}/success_rate"] = score.rate
     if cost is not None:  # a figure the board cannot tell yet (None) is left out
         figures = {name: getattr(cost, name) for name in COST_FIGURES}
         out.update({f"cost/{name}": value for name, value in figures.items() if value is not None})

@@ -314,12 +314,15 @@ def run_default(
             client,
             warm_dir,
             on_ready=lambda: client.start_rollouts(config.rollout_job()),
-            eval_task=EvalTask(
-                env_id=config.task.env_id,
-                env_kwargs=config.task.env_kwargs,
-                max_turns=config.task.max_turns,
-                sampling=config.sampling(),
-            ),
+            eval_tasks=[
+                EvalTask(
+                    env_id=part.env_id,
+                    env_kwargs=dict(part.env_kwargs),
+                    max_turns=part.max_turns,
+                    sampling=config.sampling(),
+                )
+                for part in config.task.envs()
+            ],
             printer=printer,
         )
         client.stop_rollouts()

@@ -287,7 +287,9 @@ def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
     )
     task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
     lines: list[str] = []
-    result = train(config, fake.client(), default_model_dir, eval_task=task, printer=lines.append)
+    result = train(
+        config, fake.client(), default_model_dir, eval_tasks=[task], printer=lines.append
+    )
 
     assert [r.seeds for r in fake.evaluations] == [list(range(500, 508))] * 5
     assert [(p.step, p.rate, p.rolled_back) for p in result.online_eval] == [
@@ -312,10 +314,47 @@ def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
     assert learning_rates == pytest.approx([1e-3] * 4 + [5e-4])
 
 
+def test_a_mixtures_online_evaluation_plays_each_env_and_pools_them(
+    tmp_path, default_model_dir
+) -> None:
+    """Each env of the run is played on the same seeds; the point's rate (the one the best
+    and the guard go by) is the pooled one, each env's is kept, printed and logged."""
+    from rollgym.contract.wire import SamplingSettings
+    from rollgym.trainer.config import OnlineEvalConfig
+    from rollgym.trainer.online_eval import EnvScore, EvalTask
+
+    fake = FakeServer(version=0)
+    fake.evaluator = _evaluator([0.75, 0.25])  # easy, then hard
+    config = _config(
+        tmp_path, total_steps=1, online_eval=OnlineEvalConfig(every=1, episodes=8, first_seed=9)
+    )
+    tasks = [
+        EvalTask(env_id=env, env_kwargs={}, max_turns=2, sampling=SamplingSettings())
+        for env in ("easy", "hard")
+    ]
+    lines: list[str] = []
+    result = train(config, fake.client(), default_model_dir, eval_tasks=tasks, printer=lines.append)
+
+    assert [(r.env_id, r.seeds) for r in fake.evaluations] == [
+        ("easy", list(range(9, 17))),
+        ("hard", list(range(9, 17))),
+    ]
+    (point,) = result.online_eval
+    assert (point.successes, point.episodes) == (8, 16)
+    assert point.per_env == {
+        "easy": EnvScore(successes=6, episodes=8),
+        "hard": EnvScore(successes=2, episodes=8),
+    }
+    assert any("easy: 75.0%" in line and "hard: 25.0%" in line for line in lines)
+    [logged] = [log for log in result.trl_logs if "rollgym/online_eval/success_rate" in log]
+    assert logged["rollgym/online_eval/success_rate"] == 0.5
+    assert logged["rollgym/online_eval/hard/success_rate"] == 0.25
+
+
 def test_online_eval_needs_the_task(tmp_path, default_model_dir) -> None:
     from rollgym.trainer.config import OnlineEvalConfig
     from rollgym.trainer.errors import TrainerConfigError
 
     config = _config(tmp_path, online_eval=OnlineEvalConfig(every=1))
-    with pytest.raises(TrainerConfigError, match="eval_task"):
+    with pytest.raises(TrainerConfigError, match="eval_tasks"):
         train(config, FakeServer().client(), default_model_dir, printer=None)

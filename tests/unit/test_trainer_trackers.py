@@ -39,7 +39,7 @@ def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_mode
         report_to=["tensorboard"],
     )
     task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
-    result = train(config, fake.client(), default_model_dir, eval_task=task, printer=None)
+    result = train(config, fake.client(), default_model_dir, eval_tasks=[task], printer=None)
 
     series = tensorboard_series(config.output_dir)
     assert [step for step, _ in series["train/loss"]] == [1, 2]  # TRL's own
