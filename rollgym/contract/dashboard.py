@@ -109,6 +109,9 @@ class RewardPoint(BaseModel):
     policy_version: int
     mean: float
     count: int
+    per_env: dict[str, float] = Field(
+        default_factory=dict, description="each env's mean, once the server sampled two or more"
+    )
 
 
 class AlarmPoint(BaseModel):

@@ -10,6 +10,7 @@ const COLORS = {
   stale: "#e15759", zero_variance: "#9c755f", too_few_valid: "#b07aa1", invalid: "#59a14f",
   server: "#4e79a7", trainer: "#e15759", lag: "#76b7b2",
 };
+const ENV_COLORS = ["#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#edc948", "#76b7b2"];
 
 function node(tag, attrs, parent, text) {
   const element = document.createElementNS(SVG_NS, tag);
@@ -74,6 +75,17 @@ function legend(svg, series) {
 }
 
 // series: [{name, color, values}] aligned with xs; null values leave gaps.
+// The reward curve: all sampled trajectories, then each env's of a mixture (a gap where a
+// version sampled none of that env).
+function rewardSeries(rewards) {
+  const envs = [...new Set(rewards.flatMap((r) => Object.keys(r.per_env || {})))].sort();
+  return [{ name: "sampled (server)", color: COLORS.server, values: rewards.map((r) => r.mean) },
+    ...envs.map((env, i) => ({
+      name: env, color: ENV_COLORS[i % ENV_COLORS.length],
+      values: rewards.map((r) => r.per_env?.[env] ?? null),
+    }))];
+}
+
 function lineChart(svg, { xs, series, yMin, yMax, yFormat, xFormat }) {
   svg.replaceChildren();
   const values = series.flatMap((s) => s.values).filter((v) => v !== null && v !== undefined);
@@ -220,7 +232,7 @@ function draw(data) {
   const versions = data.rewards.map((r) => r.policy_version);
   lineChart(document.getElementById("reward-chart"), {
     xs: versions, xFormat: (v) => `v${Math.round(v)}`, yFormat: (v) => v.toFixed(2),
-    series: [{ name: "sampled (server)", color: COLORS.server, values: data.rewards.map((r) => r.mean) }],
+    series: rewardSeries(data.rewards),
   });
   const steps = data.alarms.map((a) => a.step), metric = (k) => data.alarms.map((a) => a.metrics[k] ?? null);
   lineChart(document.getElementById("alarms-chart"), {

@@ -93,7 +93,7 @@ class DashboardRecorder(BufferObserver):
         self._forgotten_busy = dict.fromkeys(STAGE_NAMES, 0.0)
         self._kept_from = self.started_at
         self._waiting_groups: dict[str, tuple[float, int]] = {}  # id -> (since, min_version)
-        self._rewards: dict[int, list[float]] = {}  # version -> [sum, count]
+        self._rewards: dict[int, dict[str, list[float]]] = {}  # version -> env -> [sum, count]
         self._points: collections.deque[_Point] = collections.deque(
             maxlen=max(1, math.ceil(config.history_s / config.interval_s))
         )
@@ -148,7 +148,8 @@ class DashboardRecorder(BufferObserver):
             for start, end in env_spans(trajectory):
                 self._add("environment", start, end)
             if trajectory.valid:
-                entry = self._rewards.setdefault(trajectory.min_version, [0.0, 0])
+                envs = self._rewards.setdefault(trajectory.min_version, {})
+                entry = envs.setdefault(trajectory.env_id, [0.0, 0])
                 entry[0] += trajectory.reward
                 entry[1] += 1
 
@@ -241,10 +242,18 @@ class DashboardRecorder(BufferObserver):
         return self._points[-1].reading if self._points else None
 
     def rewards(self) -> list[RewardPoint]:
-        return [
-            RewardPoint(policy_version=version, mean=s / n, count=int(n))
-            for version, (s, n) in sorted(self._rewards.items())
-        ]
+        """The mean valid return per sampling version; each env's too in a mixture."""
+        mixture = len({env for envs in self._rewards.values() for env in envs}) > 1
+        points = []
+        for version, envs in sorted(self._rewards.items()):
+            total, count = (sum(part) for part in zip(*envs.values(), strict=True))
+            per_env = {env: s / n for env, (s, n) in envs.items()} if mixture else {}
+            points.append(
+                RewardPoint(
+                    policy_version=version, mean=total / count, count=int(count), per_env=per_env
+                )
+            )
+        return points
 
     def version_lags(self) -> list[tuple[int, int]]:
         return sorted(self.lag_counts.items())

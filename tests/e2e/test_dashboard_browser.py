@@ -23,7 +23,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from rollgym.contract.dashboard import TrainerReport
+from rollgym.contract.dashboard import RewardPoint, TrainerReport
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
 from rollgym.run.server_process import ServerProcess
 from rollgym.trainer.client import ServerClient
@@ -180,3 +180,26 @@ def test_axis_ticks_survive_spans_below_float_resolution(tmp_path) -> None:
     assert answers["unit"] == [0, 0.25, 0.5, 0.75, 1]
     assert answers["seconds"] == [1764660000 + 20 * i for i in range(4)]
     assert answers["clock"] == [1764660000.5]
+
+
+REWARDS_PAGE = """<html><body><input id="price"><span id="status"></span>
+<svg id="chart" viewBox="0 0 400 200"></svg>
+<script src="{script}"></script>
+<script>lineChart(document.getElementById("chart"), {{xs: [0, 1], series: rewardSeries({rewards})}});
+</script></body></html>
+"""
+
+
+@pytest.mark.parametrize("mixture", [False, True], ids=["one env", "mixture"])
+def test_the_reward_chart_draws_each_env_of_a_mixture(tmp_path, mixture: bool) -> None:
+    """The page's reward chart, in a browser, from the data a mixture's server answers."""
+    per_env = [{"easy": 0.75, "hard": 0.25}, {"easy": 1.0}] if mixture else [{}, {}]
+    rewards = [
+        RewardPoint(policy_version=v, mean=0.5, count=4, per_env=part).model_dump()
+        for v, part in enumerate(per_env)
+    ]
+    script = Path(__file__).parents[2] / "server" / "dashboard" / "dashboard.js"
+    page = tmp_path / "rewards.html"
+    page.write_text(REWARDS_PAGE.format(script=script.as_uri(), rewards=json.dumps(rewards)))
+    drawn = Elements(chromium.dump_dom(page.as_uri(), budget_ms=1000)).series("path")
+    assert drawn == ({"sampled (server)", "easy", "hard"} if mixture else {"sampled (server)"})

@@ -67,12 +67,17 @@ async def test_rollouts_pulls_and_trainer_reports_fill_every_panel(client) -> No
     busy = (started, started + (time.time() - started) / 2)  # inside the server's lifetime
     alarms = {"kl_behaviour": 0.004, "entropy": 0.61}
     report = TrainerReport(
-        step=1, at=time.time(), policy_version=0, busy_spans=[busy], alarms=alarms
-    )
+        step=1, at=time.time(), policy_version=0, busy_spans=[busy], alarms=alarms,
+        trajectories=trajectories,
+    )  # fmt: skip
     accepted = await client.post(
         "/admin/dashboard/trainer", json=report.model_dump(), headers=ADMIN
     )
-    assert accepted.json() == {"step": 1, "spans": 1}
+    answer = accepted.json()
+    assert (answer["step"], answer["spans"]) == (1, 1)
+    # the cost board with the step's samples counted (the trainer's trackers log it)
+    assert answer["cost"]["trained_samples"] == trajectories
+    assert answer["cost"]["machine_s_per_trained_sample"] > 0
     await client.delete("/admin/rollouts", headers=ADMIN)
     for _ in range(200):  # until a reading (every 0.05 s) has seen all pulled trajectories
         data = await _data(client)

@@ -258,6 +258,21 @@ def test_rewards_average_valid_returns_per_sampling_version() -> None:
     ]
 
 
+def test_a_mixtures_rewards_are_also_split_by_env() -> None:
+    """One env: no per-env part (the curve is the env's); two: each env's mean per version,
+    missing where a version sampled none of it."""
+    recorder = DashboardRecorder(DashboardConfig(), clock=Clock())
+    recorder.stored(_group("a", _trajectory("a", 1.0, [(0.1, 0.1)], version=0, reward=1.0)))
+    assert recorder.rewards()[0].per_env == {}
+    hard = _trajectory("b", 1.0, [(0.1, 0.1)], version=0, reward=0.0)
+    recorder.stored(_group("b", hard.model_copy(update={"env_id": "hard"})))
+    recorder.stored(_group("c", _trajectory("c", 1.0, [(0.1, 0.1)], version=1, reward=0.5)))
+    assert [(p.policy_version, p.mean, p.per_env) for p in recorder.rewards()] == [
+        (0, 0.5, {"x": 1.0, "hard": 0.0}),
+        (1, 0.5, {"x": 0.5}),
+    ]
+
+
 def test_trainer_reports_make_the_training_stage() -> None:
     clock = Clock(1000.0)
     recorder = DashboardRecorder(DashboardConfig(), clock=clock)
