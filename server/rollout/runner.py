@@ -95,9 +95,12 @@ class RolloutRunner:
     async def start(self, job: RolloutJob, *, resumed: bool = False) -> RolloutStatus:
         """Run ``job`` once it is checked (after stopping the current one, whose running
         groups are dropped); a job that cannot work is refused and the current one runs on.
-        ``resumed``: the persisted job after a restart (its curriculum's memory comes back)."""
+        ``resumed``: the persisted job after a restart. The curriculum's memory comes back for
+        it and for the job this server ran last sent again (a trainer that restarts from its
+        checkpoint sends its job again); any other job starts it empty."""
         warnings = await self._check(job)
         await self._halt()
+        continued = resumed or job == self._job
         self._job = job
         self._counts = _Counts()
         self._error = None
@@ -112,7 +115,7 @@ class RolloutRunner:
             if settings is None
             else Curriculum(window=settings.window, floor=settings.floor, rng=self._rng)
         )
-        await self._load_curriculum(resumed)
+        await self._load_curriculum(continued)
         keep = GroupFilter(job.group_size, job.drop_zero_variance)
         self._loop_task = asyncio.create_task(self._admit(job, schedule, keep))
         self._loop_task.add_done_callback(self._stopped)
@@ -219,14 +222,14 @@ class RolloutRunner:
     def _curriculum_path(self) -> Path | None:
         return None if self._job_path is None else self._job_path.with_name("curriculum.json")
 
-    async def _load_curriculum(self, resumed: bool) -> None:
-        """A resumed job's curriculum memory back; a new job's starts empty."""
+    async def _load_curriculum(self, continued: bool) -> None:
+        """A continued job's curriculum memory back; a new job's starts empty."""
         path = self._curriculum_path
         if path is None:
             return
-        if resumed and self._curriculum is not None and path.is_file():
+        if continued and self._curriculum is not None and path.is_file():
             self._curriculum.restore(json.loads(await asyncio.to_thread(path.read_bytes)))
-        elif not resumed:
+        elif not continued:
             path.unlink(missing_ok=True)
 
     async def _save_curriculum(self) -> None:
