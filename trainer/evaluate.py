@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rollgym.contract.wire import EvaluationRequest, SamplingSettings, Trajectory
+from rollgym.progress import time_left
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.progress import succeeded
 from rollgym.trainer.weights import WeightPusher
@@ -160,16 +161,6 @@ def counted_line(done: int, total: int, elapsed_s: float) -> str:
     '  evaluated 50/200 episodes, about 0m30s left'
     """
     return f"  evaluated {done}/{total} episodes, {time_left(done, total, elapsed_s)}"
-
-
-def time_left(done: int, total: int, elapsed_s: float) -> str:
-    """The rate so far, extrapolated to what is left (evaluations, the warm start's SFT).
-
-    >>> time_left(30, 90, elapsed_s=65.0)
-    'about 2m10s left'
-    """
-    left = round(elapsed_s / max(done, 1) * (total - done))
-    return f"about {left // 60}m{left % 60:02d}s left"
 
 
 def _parts(seeds: Sequence[int], size: int) -> list[list[int]]:

@@ -15,12 +15,14 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rollgym.contract import paths
 from rollgym.data.errors import DataError
+from rollgym.progress import time_left
 
 if TYPE_CHECKING:
     from rollgym.contract.wire import TrajectoryGroup
@@ -179,9 +181,45 @@ def _sample_remote(config: GenerateConfig, args: argparse.Namespace) -> list[Tra
 def _export(args: argparse.Namespace) -> int:
     from rollgym.data.sources import from_data_dir, from_server
 
+    progress = ReadProgress()
     if args.server:
-        items = from_server(args.server, _token(args), include_invalid=args.include_invalid)
+        items = from_server(
+            args.server, _token(args), include_invalid=args.include_invalid, progress=progress
+        )
     else:
         data_dir = Path(args.data_dir) if args.data_dir else paths.data_home() / "server"
-        items = from_data_dir(data_dir, include_invalid=args.include_invalid)
+        items = from_data_dir(data_dir, include_invalid=args.include_invalid, progress=progress)
     return _curate_and_write(items, args)
+
+
+class ReadProgress:
+    """An export's reading (and curating, which reads as it goes) as a counted line on
+    stderr, at most every ``every_s`` and at the end: with the time left when the total is
+    known (a data dir), else the rate (a server).
+
+    >>> clock = iter([0.0, 1.0, 2.5, 3.0])
+    >>> show = ReadProgress(clock=lambda: next(clock), out=sys.stdout)
+    >>> show(500, 2000); show(1000, 2000); show(2000, 2000)
+      read 1000/2000 archived groups, about 0m02s left
+      read 2000/2000 archived groups, about 0m00s left
+    """
+
+    def __init__(
+        self,
+        every_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        out: TextIO = sys.stderr,
+    ) -> None:
+        self.every_s, self.clock, self.out = every_s, clock, out
+        self.started = self._last = clock()
+
+    def __call__(self, read: int, total: int | None) -> None:
+        now = self.clock()
+        if now - self._last < self.every_s and read != total:
+            return
+        self._last, elapsed = now, now - self.started
+        if total is not None:
+            line = f"{read}/{total} archived groups, {time_left(read, total, elapsed)}"
+        else:
+            line = f"{read} archived groups, {read / max(elapsed, 1e-9):.0f} a second"
+        print(f"  read {line}", file=self.out)

@@ -7,11 +7,15 @@ the order they were sampled, then the invalid trajectories if asked for):
   (the server may be running: SQLite's WAL lets readers in while it writes);
 * ``from_server(url, token)``: ``GET /admin/archive`` page by page (admin token), a server's
   or a cluster router's (every server's archive in turn).
+
+Both take a ``progress(read, total)`` called after each page: groups (and invalid
+trajectories) read so far, and how many there are (the file knows; a server does not: None,
+until a last call with ``total == read`` once its archive ends).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,6 +27,7 @@ from rollgym.data.errors import DataError
 from rollgym.data.rows import RowOutcome
 
 Item = tuple[Trajectory, RowOutcome]
+Progress = Callable[[int, "int | None"], object]  # (groups read, groups in all or None)
 
 
 def items_of(pages: Iterable[ArchivePage]) -> Iterator[Item]:
@@ -32,12 +37,27 @@ def items_of(pages: Iterable[ArchivePage]) -> Iterator[Item]:
                 yield trajectory, archived.outcome
 
 
+def _counted(
+    pages: Iterable[ArchivePage], progress: Progress | None, read: list[int], total: int | None
+) -> Iterator[ArchivePage]:
+    """``pages``, with ``progress`` told after each (``read``: the count, kept across kinds)."""
+    for page in pages:
+        yield page
+        read[0] += len(page.items)
+        if progress is not None:
+            progress(read[0], total)
+
+
 def _kinds(include_invalid: bool) -> tuple[ArchiveKind, ...]:
     return ("groups", "invalid") if include_invalid else ("groups",)
 
 
 def from_data_dir(
-    data_dir: Path, *, file_name: str = "buffer.sqlite3", include_invalid: bool = False
+    data_dir: Path,
+    *,
+    file_name: str = "buffer.sqlite3",
+    include_invalid: bool = False,
+    progress: Progress | None = None,
 ) -> Iterator[Item]:
     from rollgym.server.buffer.archive import ArchiveFile
 
@@ -45,17 +65,27 @@ def from_data_dir(
     if not path.is_file():
         raise DataError(f"no buffer at {path}: pass the server's --data-dir")
     with ArchiveFile(path) as archive:
+        total, read = sum(archive.count(kind) for kind in _kinds(include_invalid)), [0]
         for kind in _kinds(include_invalid):
-            yield from items_of(archive.pages(kind))
+            yield from items_of(_counted(archive.pages(kind), progress, read, total))
 
 
 def from_server(
-    url: str, token: str, *, include_invalid: bool = False, page_size: int = 500
+    url: str,
+    token: str,
+    *,
+    include_invalid: bool = False,
+    page_size: int = 500,
+    progress: Progress | None = None,
 ) -> Iterator[Item]:
     headers = {"Authorization": f"Bearer {token}"}
+    read = [0]
     with httpx.Client(base_url=url, headers=headers, timeout=120.0) as http:
         for kind in _kinds(include_invalid):
-            yield from items_of(_server_pages(http, kind, page_size))
+            pages = _counted(_server_pages(http, kind, page_size), progress, read, None)
+            yield from items_of(pages)
+    if progress is not None:
+        progress(read[0], read[0])
 
 
 def _server_pages(http: httpx.Client, kind: ArchiveKind, page_size: int) -> Iterator[ArchivePage]:

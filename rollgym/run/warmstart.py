@@ -38,9 +38,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.chat import ChatRecord, read_jsonl, template_messages
+from rollgym.progress import time_left
 from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.server.conversation.codec import ChatCodec
-from rollgym.trainer.evaluate import time_left
 from rollgym.trainer.lora import LoraSettings
 
 MARKER_FILE = "rollgym-warmstart.json"

@@ -113,6 +113,13 @@ class ArchiveFile:
                 return
             after = page.next_after
 
+    def count(self, kind: ArchiveKind) -> int:
+        """Archived groups (or invalid trajectories) of ``kind``, for a reader's progress."""
+        if kind == "groups" and not self._has_archive():
+            return 0
+        table = "archive" if kind == "groups" else "invalid"
+        return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
     def read(self, kind: ArchiveKind, after: int, limit: int) -> ArchivePage:
         if kind == "groups" and not self._has_archive():
             return ArchivePage(items=[], next_after=None)  # a buffer from before the archive

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ def server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
         yield server
 
 
-def rollgym(*args: str, token: str | None = None) -> str:
+def rollgym(*args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **ENGINE_ENV, **({"ROLLGYM_ADMIN_TOKEN": token} if token else {})}
     done = subprocess.run(
         [sys.executable, "-m", "rollgym.cli", *args],
@@ -38,7 +39,7 @@ def rollgym(*args: str, token: str | None = None) -> str:
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 def load(out: Path):  # type: ignore[no-untyped-def]
@@ -56,7 +57,7 @@ def test_generate_with_a_server_then_export_its_archive(server, tmp_path) -> Non
         "generate", *GUESS, *SAMPLING, "--episodes", "8", "--group-size", "2",
         "--start-seed", "100", "--server", server.url, "--no-near-dedup",
         "--out", str(generated), token=server.admin_token,
-    )  # fmt: skip
+    ).stdout  # fmt: skip
     assert "rows written" in said
     rows = load(generated)
     assert 1 <= rows.num_rows <= 8  # the server keeps the valid episodes of a group
@@ -67,9 +68,11 @@ def test_generate_with_a_server_then_export_its_archive(server, tmp_path) -> Non
     assert manifest["rows"] == rows.num_rows
 
     exported = tmp_path / "exported"
-    rollgym("export", "--server", server.url, "--out", str(exported), "--no-near-dedup",
-            token=server.admin_token)  # fmt: skip
+    done = rollgym("export", "--server", server.url, "--out", str(exported), "--no-near-dedup",
+                   token=server.admin_token)  # fmt: skip
     archive = load(exported)
+    read = re.findall(r"read (\d+)/(\d+) archived groups", done.stderr)  # the closing count
+    assert read and read[-1][0] == read[-1][1] and int(read[-1][0]) >= 1, done.stderr
     assert set(rows["id"]) <= set(archive["id"])  # generate acked them: now archived
     assert set(archive["outcome"]) == {"trained"}
     assert len(read_jsonl(exported / "chat.jsonl")) == archive.num_rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from test_server_buffer import Clock, group, pull
 
+from rollgym.data.sources import from_data_dir
 from rollgym.server.buffer.archive import ArchiveFile
 from rollgym.server.buffer.store import TrajectoryBuffer
 from rollgym.server.config import BufferConfig
@@ -91,3 +92,20 @@ async def test_the_file_reader_sees_groups_and_invalid_ones_while_the_buffer_is_
 def test_the_file_reader_needs_a_file(tmp_path) -> None:
     with pytest.raises(FileNotFoundError):
         ArchiveFile(tmp_path / "missing.sqlite3")
+
+
+async def test_reading_a_data_dir_tells_its_progress_against_the_archives_size(tmp_path) -> None:
+    """An export's reader counts groups and invalid trajectories page by page against how
+    many the file holds, ending at the total."""
+    async with TrajectoryBuffer(tmp_path / "buffer.sqlite3", BufferConfig()) as buffer:
+        for i in range(3):
+            await buffer.put_group(group(f"g{i}"))
+        await buffer.ack([f"g{i}" for i in range(3)])
+        bad = group("bad", size=1).trajectories[0]
+        await buffer.put_invalid(bad.model_copy(update={"valid": False, "invalid_reason": "x"}))
+    told: list[tuple[int, int | None]] = []
+    items = list(
+        from_data_dir(tmp_path, include_invalid=True, progress=lambda *call: told.append(call))
+    )
+    assert len(items) == 3 * 2 + 1  # two trajectories a group, the invalid one alone
+    assert told == [(3, 4), (4, 4)]  # a page of groups, a page of invalid ones
