@@ -269,7 +269,7 @@ setup_app_image() {
   setup_wheelhouse
   setup_app_debs
   require_free_disk /var/lib 6 "The app image"
-  log "image: building $APP_IMAGE FROM $BASE_IMAGE (cached layers make a rebuild take seconds)"
+  log "image: building $APP_IMAGE FROM $BASE_IMAGE (about 3 minutes from nothing, 2m54s measured; cached layers make a rebuild take seconds)"
   # The deps stage gets its own tag, so it stays the cache of the next build instead of an
   # untagged 4.8 GB image; each tag's replaced image goes (build_replacing).
   build_replacing "$APP_IMAGE-deps" --target deps
