@@ -33,7 +33,9 @@ from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.dashboard import DashboardCallback
 from rollgym.trainer.errors import TrainerConfigError
+from rollgym.trainer.evaluate import SuccessRate
 from rollgym.trainer.feed import GroupFeed
+from rollgym.trainer.final_eval import FinalEvaluation
 from rollgym.trainer.grpo import ServerGRPOTrainer, grpo_args, placeholder_prompts
 from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.online_eval import BEST_DIR, EvalTask, OnlineEvaluation, OnlinePoint
@@ -61,6 +63,8 @@ class TrainResult:
     # this session's turns: "model", "environment" and (turns that used a box) "sandbox"
     # -> their (p50, p90, p99) seconds
     turn_latency: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
+    # the last weights on the held-out seeds, each env's (empty: not asked, or no step run)
+    held_out: dict[str, SuccessRate] = dataclasses.field(default_factory=dict)
 
     @property
     def undone_steps(self) -> int:
@@ -81,6 +85,7 @@ def train(
     resume: bool = True,
     on_ready: Callable[[], object] | None = None,
     eval_tasks: Sequence[EvalTask] = (),
+    held_out_seeds: Sequence[int] = (),
     printer: Callable[[str], object] | None = print,
     starts_served: bool = False,
 ) -> TrainResult:
@@ -88,7 +93,8 @@ def train(
 
     ``on_ready`` runs once the server holds the trainer's starting weights (e.g. to start
     the rollout job); ``eval_tasks`` are what ``config.online_eval`` plays (each env the
-    run trains on); ``printer`` gets the progress table after every step; ``starts_served``: the
+    run trains on), and, with ``held_out_seeds``, what the last weights play on those seeds
+    at the last step, the rollout job stopped first (``trainer.final_eval``); ``printer`` gets the progress table after every step; ``starts_served``: the
     server serves ``model``'s weights at its version now, so a fresh run pushes nothing first.
     """
     if config.online_eval is not None and not eval_tasks:
@@ -147,6 +153,15 @@ def train(
             printer=printer,
             settle=background.wait if background else None,
         )
+    final = None
+    if held_out_seeds and eval_tasks:
+        final = FinalEvaluation(
+            client=client,
+            tasks=eval_tasks,
+            seeds=held_out_seeds,
+            printer=printer,
+            settle=background.wait if background else None,
+        )
     dashboard = DashboardCallback(client, progress, printer=printer)
     with warnings.catch_warnings():
         # rollout_func is marked experimental; we pin TRL to 1.16.x where it is as documented.
@@ -166,10 +181,12 @@ def train(
                 ledger.dropped,
                 online.points if online is not None else (),
                 dashboard.cost,
+                final.rates if final is not None else {},
             ),
             callbacks=[
                 step_callback,  # pushes: the online evaluation measures what it pushed
                 *([online] if online is not None else []),
+                *([final] if final is not None else []),
                 dashboard,
                 ledger_callback,
             ],
@@ -195,4 +212,5 @@ def train(
         online_eval=list(online.points) if online is not None else [],
         best_dir=config.output_dir / BEST_DIR if online is not None and online.best else None,
         turn_latency=progress.turn_latency(),
+        held_out=dict(final.rates) if final is not None else {},
     )

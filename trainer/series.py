@@ -13,6 +13,9 @@ reaches every tracker and no second logger exists::
     rollgym/latency/<part>_p50 (p90, p99)           model, environment, sandbox turns (s)
     rollgym/online_eval/success_rate                at the steps that evaluate
     rollgym/online_eval/<env_id>/success_rate       each env's, in a mixture
+    rollgym/held_out/success_rate                   the last step: the last weights on the
+    rollgym/held_out/<env_id>/success_rate          held-out seeds (trainer.final_eval); each
+                                                    env's in a mixture
     rollgym/env/<env_id>/reward_mean, .../success_rate   each env's part of the batch
     rollgym/cost/<figure>                           the server's cost board after the previous
                                                     step's report (rollgym.contract.cost):
@@ -25,10 +28,11 @@ The names are TensorBoard tags as they are (TensorBoard groups on the first ``/`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rollgym.contract.cost import CostBoard
 from rollgym.trainer.checkpoint import DropCounts
+from rollgym.trainer.evaluate import SuccessRate
 from rollgym.trainer.online_eval import OnlinePoint
 from rollgym.trainer.progress import RunProgress
 
@@ -48,6 +52,7 @@ def step_series(
     dropped: DropCounts,
     online: Sequence[OnlinePoint] = (),
     cost: CostBoard | None = None,
+    held_out: Mapping[str, SuccessRate] | None = None,
 ) -> dict[str, float]:
     """The series at the step ``progress`` closed last (empty before the first)."""
     if not progress.steps:
@@ -74,6 +79,11 @@ def step_series(
         out["online_eval/success_rate"] = online[-1].rate
         for env, score in online[-1].per_env.items():
             out[f"online_eval/{env}/success_rate"] = score.rate
+    if held_out:
+        rates = list(held_out.items())
+        out["held_out/success_rate"] = rates[0][1].rate  # the first env's: the run's headline
+        if len(rates) > 1:
+            out.update({f"held_out/{env}/success_rate": rate.rate for env, rate in rates})
     if cost is not None:  # a figure the board cannot tell yet (None) is left out
         figures = {name: getattr(cost, name) for name in COST_FIGURES}
         out.update({f"cost/{name}": value for name, value in figures.items() if value is not None})

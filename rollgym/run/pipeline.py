@@ -323,13 +323,15 @@ def run_default(
                 )
                 for part in config.task.envs()
             ],
+            # the last weights on the held-out seeds at the last step: the trackers get it
+            held_out_seeds=held_out_seeds(config.eval_episodes),
             printer=printer,
         )
         client.stop_rollouts()
         per_env: dict[str, HeldOut] = {}
         if config.eval_episodes:
             printer(f"[4/5] evaluation on {config.eval_episodes} held-out seeds")
-            per_env = _held_out(client, config, warm_dir, result.best_dir, printer)
+            per_env = _held_out(client, config, warm_dir, result, printer)
         headline = per_env.get(config.task.env_id, HeldOut())
         warm_rate, final_rate, best_rate = headline.warm_start, headline.final, headline.best
     printer("[5/5] report")
@@ -436,16 +438,22 @@ def _held_out(
     client: ServerClient,
     config: RunConfig,
     warm_dir: Path,
-    best_dir: Path | None,
+    result: TrainResult,
     printer: Callable[[str], object],
 ) -> dict[str, HeldOut]:
     """The warm start, the last weights and the best point's (if any) on the held-out seeds
-    of every env of the run, each pushed once and played on each env in turn."""
+    of every env of the run, each pushed once and played on each env in turn; the last
+    weights' rates are training's own when its last step measured them."""
     policies = {"warm start": warm_dir, "after RL": final_weights(config)}
-    if best_dir is not None:
-        policies["best (online evaluation)"] = best_dir
+    if result.best_dir is not None:
+        policies["best (online evaluation)"] = result.best_dir
     rates = {
-        name: _evaluate(client, config, model_dir, printer) for name, model_dir in policies.items()
+        name: (
+            dict(result.held_out)
+            if name == "after RL" and result.held_out
+            else _evaluate(client, config, model_dir, printer)
+        )
+        for name, model_dir in policies.items()
     }
     mixture = len(config.task.envs()) > 1
     for name, per_env in rates.items():

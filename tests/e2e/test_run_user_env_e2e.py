@@ -110,3 +110,7 @@ def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> N
         cost = series[f"{prefix}rollgym/cost/machine_s_per_trained_sample"]
         assert [step for step, _ in cost] == list(range(2, STEPS + 1))
         assert all(seconds > 0 for _, seconds in cost)
+        # the last weights' held-out success, measured at the last step: summary.json's too
+        for env, tag in ((ENV_ID, "rollgym/held_out"), (MIXED, f"rollgym/held_out/{MIXED}")):
+            rate = per_env[env]["held_out_rl"]["rate"]
+            assert series[f"{prefix}{tag}/success_rate"] == [(STEPS, pytest.approx(rate))]

@@ -16,7 +16,7 @@ import pytest
 from tracker_stores import mlflow_series, tensorboard_series, trackio_series, wandb_series
 from trainer_fakes import FakeServer, make_trajectory
 
-from rollgym.contract.wire import SamplingSettings, TrajectoryGroup
+from rollgym.contract.wire import RolloutJob, SamplingSettings, TrajectoryGroup
 from rollgym.trainer.checkpoint import DropCounts
 from rollgym.trainer.config import OnlineEvalConfig, Tracker, TrainerConfig, parse_config
 from rollgym.trainer.errors import TrainerConfigError
@@ -39,7 +39,17 @@ def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_mode
         report_to=["tensorboard"],
     )
     task = EvalTask(env_id="e", env_kwargs={}, max_turns=2, sampling=SamplingSettings())
-    result = train(config, fake.client(), default_model_dir, eval_tasks=[task], printer=None)
+    client = fake.client()
+    job = RolloutJob(env_id="e", group_size=4, groups_per_batch=2)
+    result = train(
+        config,
+        client,
+        default_model_dir,
+        on_ready=lambda: client.start_rollouts(job),
+        eval_tasks=[task],
+        held_out_seeds=range(100, 108),
+        printer=None,
+    )
 
     series = tensorboard_series(config.output_dir)
     assert [step for step, _ in series["train/loss"]] == [1, 2]  # TRL's own
@@ -61,6 +71,12 @@ def test_tensorboard_gets_trl_and_rollgym_series_per_step(tmp_path, default_mode
     # unpriced server's cost in money is left out
     assert series["train/rollgym/cost/machine_s_per_trained_sample"] == [(2, 1.5)]
     assert not any(tag.startswith("train/rollgym/cost/cost_") for tag in series)
+    # the last weights on the held-out seeds, measured at the last step, the job stopped
+    assert fake.evaluations[-1].seeds == list(range(100, 108))
+    assert fake.job is None  # started when the trainer was ready, stopped before
+    held_out = result.held_out["e"]
+    assert held_out.episodes == 8
+    assert series["train/rollgym/held_out/success_rate"] == [(2, pytest.approx(held_out.rate))]
 
 
 @pytest.fixture
