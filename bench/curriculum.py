@@ -58,7 +58,9 @@ def mixture(preset_task: dict, seed_pool: int, curriculum: bool) -> dict:
         "env_id": f"{MODULE}:{EASY}",
         "env_kwargs": {},
         "weight": 2.0,
-        "mixture": [{"env_id": f"{MODULE}:{HARD}", "weight": 1.0, "max_turns": preset_task["max_turns"]}],
+        "mixture": [
+            {"env_id": f"{MODULE}:{HARD}", "weight": 1.0, "max_turns": preset_task["max_turns"]}
+        ],
         "seed_pool": seed_pool,
         "curriculum": {} if curriculum else None,
     }
