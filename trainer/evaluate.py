@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rollgym.contract.progress import time_left
 from rollgym.contract.wire import EvaluationRequest, SamplingSettings, Trajectory
-from rollgym.progress import time_left
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.progress import succeeded
 from rollgym.trainer.weights import WeightPusher

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from rollgym.contract import paths
+from rollgym.contract.progress import time_left
 from rollgym.data.errors import DataError
-from rollgym.progress import time_left
 
 if TYPE_CHECKING:
     from rollgym.contract.wire import TrajectoryGroup

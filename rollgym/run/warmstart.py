@@ -38,7 +38,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.contract.chat import ChatRecord, read_jsonl, template_messages
-from rollgym.progress import time_left
+from rollgym.contract.progress import time_left
 from rollgym.run.demos import ComputeDemos, GuessDemos
 from rollgym.server.conversation.codec import ChatCodec
 from rollgym.trainer.lora import LoraSettings

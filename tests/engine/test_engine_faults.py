@@ -63,8 +63,16 @@ def other_weights(default_model_dir, tmp_path_factory) -> Path:
     return weights_of_seed(default_model_dir, tmp_path_factory.mktemp("seed7"), 7)
 
 
-def updater(engine: VLLMEngine, tmp_path: Path) -> WeightUpdater:
-    return weight_updater(engine, tmp_path / "staging")
+@pytest.fixture(scope="module")
+def weights_dir(tmp_path_factory) -> Path:
+    """The updaters' staging and policy store, as long-lived as the module's engine: a later
+    test's failed update makes the engine reload the version it serves from there (a test's
+    own tmp_path is gone once it passed)."""
+    return tmp_path_factory.mktemp("weights")
+
+
+def updater(engine: VLLMEngine, weights_dir: Path) -> WeightUpdater:
+    return weight_updater(engine, weights_dir / "staging")
 
 
 def named(source: Path, folder: Path, name: str) -> Path:
@@ -73,7 +81,7 @@ def named(source: Path, folder: Path, name: str) -> Path:
 
 
 async def test_non_finite_weights_never_reach_the_engine(
-    engine, prompt, other_weights, tmp_path
+    engine, prompt, other_weights, tmp_path, weights_dir
 ) -> None:
     from safetensors.torch import load_file, save_file
 
@@ -84,35 +92,37 @@ async def test_non_finite_weights_never_reach_the_engine(
     poisoned = tmp_path / "poisoned.safetensors"
     save_file(tensors, poisoned)
     with pytest.raises(BadWeights, match=f"{name} holds 1 non-finite"):
-        await updater(engine, tmp_path).from_path(poisoned, expected_version=None)
+        await updater(engine, weights_dir).from_path(poisoned, expected_version=None)
     assert engine.policy_version == 0  # loaded beside the served weights, never swapped in
     assert (await engine.generate(prompt, GREEDY)).token_ids == before.token_ids
     good = named(other_weights, tmp_path / "good", "model.safetensors")
-    assert (await updater(engine, tmp_path).from_path(good, None)).policy_version == 1
+    assert (await updater(engine, weights_dir).from_path(good, None)).policy_version == 1
 
 
 @pytest.mark.parametrize(
     "fault", ["fail-midway", "fail-swap"], ids=["while-loading", "midway-through-the-swap"]
 )
 async def test_a_worker_failing_mid_update_leaves_the_old_weights_serving(
-    engine, prompt, other_weights, tmp_path, fault
+    engine, prompt, other_weights, tmp_path, weights_dir, fault
 ) -> None:
     before = await engine.generate(prompt, GREEDY)
     version = engine.policy_version
     broken = named(other_weights, tmp_path / "in", f"{fault}.safetensors")
     with pytest.raises(EngineFailure, match="old weights keep serving"):
-        await updater(engine, tmp_path).from_path(broken, expected_version=None)
+        await updater(engine, weights_dir).from_path(broken, expected_version=None)
     assert engine.policy_version == version
     after = await engine.generate(prompt, GREEDY)
     assert after.token_ids == before.token_ids and after.policy_version == version
 
 
 async def test_the_old_weights_serve_while_an_update_loads(
-    engine, prompt, other_weights, tmp_path
+    engine, prompt, other_weights, tmp_path, weights_dir
 ) -> None:
     version = engine.policy_version
     slow = named(other_weights, tmp_path / "in", "slow.safetensors")
-    update = asyncio.create_task(updater(engine, tmp_path).from_path(slow, expected_version=None))
+    update = asyncio.create_task(
+        updater(engine, weights_dir).from_path(slow, expected_version=None)
+    )
     await _loading(engine)
     during = await engine.generate(prompt, GREEDY)
     assert not update.done() and during.policy_version == version
@@ -130,9 +140,9 @@ async def _loading(engine: VLLMEngine) -> None:
 
 
 async def test_a_hung_swap_passes_its_deadline_and_the_engine_restarts_on_the_old_weights(
-    engine, prompt, other_weights, default_model_dir, tmp_path
+    engine, prompt, other_weights, default_model_dir, tmp_path, weights_dir
 ) -> None:
-    weights = updater(engine, tmp_path)
+    weights = updater(engine, weights_dir)
     good = named(other_weights, tmp_path / "in", "good.safetensors")
     applied = await weights.from_path(good, expected_version=None)  # the last good weights
     served = await engine.generate(prompt, GREEDY)

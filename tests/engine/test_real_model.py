@@ -47,8 +47,10 @@ def hf_model(smollm2_dir):
 
 
 @pytest.fixture
-def updater(engine, tmp_path) -> WeightUpdater:
-    return weight_updater(engine, tmp_path / "staging")
+def updater(engine, tmp_path_factory) -> WeightUpdater:
+    # not tmp_path: the module's engine may read a served version's files again in a later
+    # test (a test's own tmp_path is gone once it passed)
+    return weight_updater(engine, tmp_path_factory.mktemp("weights") / "staging")
 
 
 async def test_it_answers_through_its_own_chat_template(engine, codec) -> None:

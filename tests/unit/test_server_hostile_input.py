@@ -19,6 +19,7 @@ from rollgym.envs.core import ChatEnv
 from rollgym.server.app import create_app
 
 GUESS = "rollgym/GuessNumber-v0"
+TOOL = "rollgym/GuessTool-v0"  # a second env id, for mixtures
 MODEL = "rollgym-tiny"
 NAN_ENV = "test/NanReward-v0"
 
@@ -88,8 +89,9 @@ CASES: list[tuple[str, str, Any, bool, int, str, str]] = [
     ("POST", "/admin/rollouts", job(env_kwargs={"task_file": "/etc/passwd"}), True, 403, "env_not_allowed", "task_file"),
     ("POST", "/admin/rollouts", job(env_kwargs={"sandbox_pool": None}), True, 403, "env_not_allowed", "sandbox_pool"),
     ("POST", "/admin/rollouts", job(env_kwargs={"max_episode_steps": 0}), True, 403, "env_not_allowed", "max_turns"),
-    ("POST", "/admin/rollouts", job(mixture=[{"env_id": GUESS, "env_kwargs": {"task_file": "/etc/passwd"}}]), True, 403, "env_not_allowed", "task_file"),
-    ("POST", "/admin/rollouts", job(mixture=[{"env_id": GUESS, "weight": 0}]), True, 422, "invalid_request", "weight"),
+    ("POST", "/admin/rollouts", job(mixture=[{"env_id": TOOL, "env_kwargs": {"task_file": "/etc/passwd"}}]), True, 403, "env_not_allowed", "task_file"),
+    ("POST", "/admin/rollouts", job(mixture=[{"env_id": TOOL, "weight": 0}]), True, 422, "invalid_request", "weight"),
+    ("POST", "/admin/rollouts", job(mixture=[{"env_id": GUESS}]), True, 422, "invalid_request", "twice"),
     ("POST", "/admin/rollouts", job(env_id="x" * 300), True, 422, "invalid_request", "env_id"),
     ("POST", "/admin/rollouts", job(env_id="no_such_module_xyz:Env-v0"), True, 404, "not_found", "no_such_module_xyz"),
     ("POST", "/admin/rollouts", job(sampling={"max_tokens": 4000}), True, 422, "bad_request", "context"),

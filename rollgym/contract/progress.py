@@ -1,5 +1,5 @@
-"""Progress lines for long work (the warm start's SFT, evaluations, exports): the time left,
-extrapolated from the rate so far."""
+"""The time left in progress lines, the one format every long step uses (the warm start's SFT,
+evaluations, exports): extrapolated from the rate so far."""
 
 from __future__ import annotations
 
