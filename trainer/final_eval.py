@@ -17,8 +17,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.evaluate import SuccessRate, evaluate_server
-from rollgym.trainer.online_eval import EvalTask
+from rollgym.trainer.evaluate import SuccessRate
+from rollgym.trainer.online_eval import EvalTask, evaluate_each
 
 
 class FinalEvaluation(TrainerCallback):
@@ -49,13 +49,5 @@ class FinalEvaluation(TrainerCallback):
         self.client.stop_rollouts()
         if self.printer is not None:
             self.printer(f"  held-out evaluation of the last weights ({len(self.seeds)} seeds)")
-        for task in self.tasks:
-            self.rates[task.env_id] = evaluate_server(
-                self.client,
-                env_id=task.env_id,
-                env_kwargs=task.env_kwargs,
-                seeds=self.seeds,
-                max_turns=task.max_turns,
-                sampling=task.sampling,
-                progress=self.printer,
-            ).per_sample
+        evaluations = evaluate_each(self.client, self.tasks, self.seeds, progress=self.printer)
+        self.rates = {env: evaluation.per_sample for env, evaluation in evaluations.items()}

@@ -29,7 +29,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from rollgym.contract.wire import SamplingSettings
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import GuardConfig, OnlineEvalConfig
-from rollgym.trainer.evaluate import evaluate_server, wilson_interval
+from rollgym.trainer.evaluate import Evaluation, evaluate_server, wilson_interval
 from rollgym.trainer.lora import load_policy
 from rollgym.trainer.weights import WeightPusher
 
@@ -45,6 +45,30 @@ class EvalTask:
     env_kwargs: dict[str, object]
     max_turns: int | None
     sampling: SamplingSettings
+
+
+def evaluate_each(
+    client: ServerClient,
+    tasks: Sequence[EvalTask],
+    seeds: Sequence[int],
+    *,
+    timeout_s: float = 900.0,
+    progress: Callable[[str], object] | None = None,
+) -> dict[str, Evaluation]:
+    """The served policy on ``seeds`` of each task's env, by env id (``evaluate_server``)."""
+    return {
+        task.env_id: evaluate_server(
+            client,
+            env_id=task.env_id,
+            env_kwargs=task.env_kwargs,
+            seeds=seeds,
+            max_turns=task.max_turns,
+            sampling=task.sampling,
+            timeout_s=timeout_s,
+            progress=progress,
+        )
+        for task in tasks
+    }
 
 
 class EnvScore(BaseModel):
@@ -153,20 +177,13 @@ class OnlineEvaluation(TrainerCallback):
 
     def _evaluate(self, step: int) -> OnlinePoint:
         first = self.config.first_seed
-        per_env, infra_failures = {}, 0
-        for task in self.tasks:
-            evaluation = evaluate_server(
-                self.client,
-                env_id=task.env_id,
-                env_kwargs=task.env_kwargs,
-                seeds=range(first, first + self.config.episodes),
-                max_turns=task.max_turns,
-                sampling=task.sampling,
-                timeout_s=self.config.timeout_s,
-            )
-            rate = evaluation.per_sample
-            per_env[task.env_id] = EnvScore(successes=rate.successes, episodes=rate.episodes)
-            infra_failures += evaluation.infra_failures
+        seeds = range(first, first + self.config.episodes)
+        evaluations = evaluate_each(self.client, self.tasks, seeds, timeout_s=self.config.timeout_s)
+        per_env = {
+            env: EnvScore(successes=e.per_sample.successes, episodes=e.per_sample.episodes)
+            for env, e in evaluations.items()
+        }
+        infra_failures = sum(e.infra_failures for e in evaluations.values())
         successes = sum(part.successes for part in per_env.values())
         episodes = sum(part.episodes for part in per_env.values())
         low, high = wilson_interval(successes, episodes)
