@@ -16,6 +16,7 @@ until a last call with ``total == read`` once its archive ends).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import httpx
@@ -38,14 +39,18 @@ def items_of(pages: Iterable[ArchivePage]) -> Iterator[Item]:
 
 
 def _counted(
-    pages: Iterable[ArchivePage], progress: Progress | None, read: list[int], total: int | None
+    pages: Iterable[ArchivePage], progress: Progress | None, total: int | None
 ) -> Iterator[ArchivePage]:
-    """``pages``, with ``progress`` told after each (``read``: the count, kept across kinds)."""
+    """``pages``, with ``progress`` told the count after each; with no ``total`` known, the
+    count once more as the total when the pages end."""
+    read = 0
     for page in pages:
         yield page
-        read[0] += len(page.items)
+        read += len(page.items)
         if progress is not None:
-            progress(read[0], total)
+            progress(read, total)
+    if progress is not None and total is None:
+        progress(read, read)
 
 
 def _kinds(include_invalid: bool) -> tuple[ArchiveKind, ...]:
@@ -65,9 +70,10 @@ def from_data_dir(
     if not path.is_file():
         raise DataError(f"no buffer at {path}: pass the server's --data-dir")
     with ArchiveFile(path) as archive:
-        total, read = sum(archive.count(kind) for kind in _kinds(include_invalid)), [0]
-        for kind in _kinds(include_invalid):
-            yield from items_of(_counted(archive.pages(kind), progress, read, total))
+        kinds = _kinds(include_invalid)
+        pages = chain.from_iterable(archive.pages(kind) for kind in kinds)
+        total = sum(archive.count(kind) for kind in kinds)
+        yield from items_of(_counted(pages, progress, total))
 
 
 def from_server(
@@ -79,13 +85,10 @@ def from_server(
     progress: Progress | None = None,
 ) -> Iterator[Item]:
     headers = {"Authorization": f"Bearer {token}"}
-    read = [0]
     with httpx.Client(base_url=url, headers=headers, timeout=120.0) as http:
-        for kind in _kinds(include_invalid):
-            pages = _counted(_server_pages(http, kind, page_size), progress, read, None)
-            yield from items_of(pages)
-    if progress is not None:
-        progress(read[0], read[0])
+        kinds = _kinds(include_invalid)
+        pages = chain.from_iterable(_server_pages(http, kind, page_size) for kind in kinds)
+        yield from items_of(_counted(pages, progress, None))
 
 
 def _server_pages(http: httpx.Client, kind: ArchiveKind, page_size: int) -> Iterator[ArchivePage]:
