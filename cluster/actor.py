@@ -27,6 +27,12 @@ class Whereabouts:
     pid: int
     serving: bool  # uvicorn finished its start-up (the engine is up)
     failed: str | None  # why the server thread ended, if it did
+    node_id: str = "local"  # the Ray node it runs on (a restart may move it)
+
+    @property
+    def incarnation(self) -> tuple[str, int]:
+        """Which process this is: a pid alone repeats across nodes (and containers)."""
+        return self.node_id, self.pid
 
 
 class ServerHost:
@@ -34,15 +40,15 @@ class ServerHost:
 
     def __init__(self, host: str | None) -> None:
         """``host``: where to listen; None: this node's address (a multi-node cluster)."""
+        import ray
         import uvicorn
 
         from rollgym.server.app import create_app
         from rollgym.server.config import ServerSettings
         from rollgym.server.serve import listen
 
+        self._node_id = ray.get_runtime_context().get_node_id()
         if host is None:
-            import ray
-
             host = ray.util.get_node_ip_address()
         settings = ServerSettings(host=host, port=0)
         self._listener = listen(host, 0)
@@ -69,6 +75,7 @@ class ServerHost:
             pid=os.getpid(),
             serving=bool(self._server.started),
             failed=self._failed if not self._thread.is_alive() else None,
+            node_id=self._node_id,
         )
 
     def stop(self, timeout_s: float) -> bool:

@@ -34,7 +34,16 @@ def add_cluster_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--gpus-per-server", type=float, help="Ray resource (default 0)")
     up.add_argument("--memory-per-server-gib", type=float, help="Ray resource (default 3)")
     up.add_argument("--max-restarts", type=int, help="Ray restarts a dead server (default 3)")
-    up.add_argument("--weights-transport", choices=["shared_file", "http"])
+    up.add_argument(
+        "--weights-transport",
+        choices=["auto", "shared_file", "http"],
+        help="auto (default): a path to servers on the router's node, an upload to others",
+    )
+    up.add_argument(
+        "--placement",
+        choices=["default", "spread"],
+        help="spread: the servers on as many Ray nodes as can hold them",
+    )
     up.add_argument("--log-level", default="warning", help="the router's log level")
     up.set_defaults(handler=_up)
     for name, handler, text in (
@@ -60,6 +69,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "servers", "ray_address", "host", "port", "data_dir", "cpus_per_server",
         "gpus_per_server", "memory_per_server_gib", "max_restarts", "weights_transport",
+        "placement",
     )  # fmt: skip
     return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
 

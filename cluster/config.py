@@ -67,10 +67,16 @@ class ClusterConfig(BaseSettings):
     object_store_mib: int = Field(
         80, ge=75, description="a local Ray cluster's object store (rollgym puts nothing there)"
     )
-    weights_transport: Literal["shared_file", "http"] = Field(
-        "shared_file",
+    weights_transport: Literal["auto", "shared_file", "http"] = Field(
+        "auto",
         description="shared_file: every server loads one staged file (one box or a shared "
-        "volume); http: the router uploads the file to each server",
+        "volume); http: the router uploads the file to each server; auto: shared_file to "
+        "the servers on the router's own Ray node, http to those on other nodes",
+    )
+    placement: Literal["default", "spread"] = Field(
+        "default",
+        description="Ray's scheduling strategy for the servers: default packs them on few "
+        "nodes, spread puts them on as many nodes as it can",
     )
     health_interval_s: float = Field(1.0, gt=0, description="how often servers are checked")
     start_timeout_s: float = Field(900.0, gt=0, description="a server's start, restart included")

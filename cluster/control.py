@@ -10,8 +10,9 @@
   it (a dead process is restarted by Ray itself; a live but broken one is killed so that
   Ray restarts it), the new process reopens its buffer, catches up to the cluster's
   version, gets the acks kept for it and its share of the job, and only then rejoins.
-* **Weights.** ``update`` fans one staged copy out to every server in rotation, concurrently,
-  and moves the version by the rules of ``rollgym.cluster.versions``: an update counts
+* **Weights.** ``update`` fans one staged copy out to every server in rotation, concurrently
+  (its path to a server on the router's Ray node, an upload to one on another node: it
+  does not share the router's files; ``weights_transport``), and moves the version by the rules of ``rollgym.cluster.versions``: an update counts
   once every server in rotation applied it; one that failed is recovered like a dead one.
   Updates and recoveries take one lock, so a rejoining server catches up to a version
   that no update is halfway through.
@@ -46,8 +47,8 @@ from rollgym.cluster.errors import (
 )
 from rollgym.cluster.fleet import Fleet, Slot, SlotState
 from rollgym.cluster.servers import ServerAPI
-from rollgym.cluster.status import ClusterStatus, ServerStatus
-from rollgym.cluster.supervisor import Supervisor
+from rollgym.cluster.status import ClusterStatus, NodeStatus, ServerStatus
+from rollgym.cluster.supervisor import Node, Supervisor
 from rollgym.cluster.versions import Answer, Applied, Refused, Unreachable, catch_up_steps, settle
 from rollgym.cluster.weights import Staged, WeightStore
 from rollgym.cluster.work import ClusterWork
@@ -85,6 +86,7 @@ class ControlPlane:
         self._monitor: asyncio.Task[None] | None = None
         self._closed = False
         self.on_fanout: Callable[[float], None] = lambda seconds: None
+        self.nodes: list[Node] = []  # the Ray cluster's, refreshed with each health check
 
     # --- life ------------------------------------------------------------------------------
 
@@ -98,6 +100,7 @@ class ControlPlane:
     async def start(self) -> None:
         await self.supervisor.start()
         await asyncio.gather(*(self._come_up(slot) for slot in self.fleet.slots))
+        self.nodes = await self.supervisor.nodes()
         versions = [s.version for s in self.fleet.slots if s.version is not None]
         self.version = max(versions, default=0)
         async with self._lock:
@@ -132,11 +135,11 @@ class ControlPlane:
 
     async def _follow(self, slot: Slot, where: Whereabouts) -> None:
         """Talk to the process ``where`` describes (a new one after each restart)."""
-        if slot.pid == where.pid and slot.api is not None:
+        if (slot.node, slot.pid) == where.incarnation and slot.api is not None:
             return
         if slot.pid is not None:
             slot.restarts += 1
-        slot.pid = where.pid
+        slot.node, slot.pid = where.incarnation
         if slot.api is not None:
             await slot.api.close()
         slot.api = self.connect(where.url)
@@ -189,6 +192,10 @@ class ControlPlane:
         while True:
             await asyncio.sleep(self.config.health_interval_s)
             await asyncio.gather(*(self._check(s) for s in self.fleet.rotation()))
+            try:
+                self.nodes = await self.supervisor.nodes()
+            except Exception as exc:  # Ray's view is for the status: never end the watch
+                logger.warning("could not list Ray's nodes: %r", exc)
             if self.work.job is not None:
                 with contextlib.suppress(ClusterError):
                     await self.work.status()  # refreshes each server's episodes in flight
@@ -227,10 +234,10 @@ class ControlPlane:
             self._fail(slot, f"recovery failed: {exc!r}")
 
     async def _replace(self, slot: Slot, restart: bool) -> None:
-        old_pid = slot.pid
+        old = (slot.node, slot.pid)
         try:
             where = await self.supervisor.locate(slot.index, 10.0)
-            if restart or where.pid == old_pid:  # alive but broken: have Ray replace it
+            if restart or where.incarnation == old:  # alive but broken: have Ray replace it
                 await self.supervisor.restart(slot.index)
         except ClusterError:
             pass  # dead already: Ray is restarting it
@@ -422,7 +429,7 @@ class ControlPlane:
         """Load ``staged`` on ``slot``: its version moves from what it is now by one."""
         assert slot.api is not None and slot.version is not None
         expected = slot.version
-        if self.config.weights_transport == "shared_file":
+        if self.transport_to(slot) == "shared_file":
             result = await slot.api.weights_from_path(staged.folder, expected)
         else:
             if len(staged.files) != 1:
@@ -437,6 +444,13 @@ class ControlPlane:
             result = await slot.api.upload_weights(staged.files[0], expected)
         slot.version = result.policy_version
         return result
+
+    def transport_to(self, slot: Slot) -> str:
+        """How weights reach ``slot``: by the configured transport, or for ``auto`` by
+        where it runs (a server on another node does not share the router's files)."""
+        if self.config.weights_transport != "auto":
+            return self.config.weights_transport
+        return "shared_file" if slot.node == self.supervisor.local_node else "http"
 
     # --- what the router shows -------------------------------------------------------------
 
@@ -458,8 +472,21 @@ class ControlPlane:
                     episodes=s.episodes,
                     share=share.groups_per_batch if (share := shares[s.name]) else 0,
                     reason=s.reason,
+                    node=s.node,
+                    weights_by=self.transport_to(s) if s.node is not None else None,
                 )
                 for s in self.fleet.slots
             ],
             weights_transport=self.config.weights_transport,
+            nodes=[
+                NodeStatus(
+                    node_id=n.node_id,
+                    address=n.address,
+                    alive=n.alive,
+                    cpus=n.cpus,
+                    router=n.node_id == self.supervisor.local_node,
+                    servers=[s.name for s in self.fleet.slots if s.node == n.node_id],
+                )
+                for n in self.nodes
+            ],
         )

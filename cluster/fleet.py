@@ -40,6 +40,7 @@ class Slot:
     api: ServerAPI | None = None
     state: SlotState = SlotState.STARTING
     pid: int | None = None
+    node: str | None = None  # the Ray node its process runs on
     version: int | None = None
     restarts: int = 0
     reason: str | None = None  # why it is not serving

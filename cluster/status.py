@@ -25,6 +25,17 @@ class ServerStatus(BaseModel):
     episodes: int = Field(description="its rollout job's episodes in flight, last check")
     share: int = Field(description="its share of the job's groups per batch")
     reason: str | None = Field(None, description="why it is not serving")
+    node: str | None = Field(None, description="the Ray node it runs on (id)")
+    weights_by: str | None = Field(None, description="how weights reach it: shared_file, http")
+
+
+class NodeStatus(BaseModel):
+    node_id: str
+    address: str
+    alive: bool = Field(description="false: Ray lost it (its servers restart elsewhere)")
+    cpus: float
+    router: bool = Field(description="the router's own node (shares its file system)")
+    servers: list[str] = Field(description="the servers running on it")
 
 
 class ClusterStatus(BaseModel):
@@ -32,16 +43,24 @@ class ClusterStatus(BaseModel):
     updating: bool
     servers: list[ServerStatus]
     weights_transport: str
+    nodes: list[NodeStatus] = Field(default_factory=list)
 
     def table(self) -> str:
         """A fixed-width table for the terminal."""
         head = f"{'server':<7}{'state':<12}{'version':>8}{'restarts':>9}{'sessions':>9}"
-        head += f"{'episodes':>9}{'share':>6}  url / reason"
+        head += f"{'episodes':>9}{'share':>6}  {'node':<10}url / reason"
         rows = [
             f"{s.name:<7}{s.state:<12}{_num(s.policy_version):>8}{s.restarts:>9}{s.sessions:>9}"
-            f"{s.episodes:>9}{s.share:>6}  {s.reason or s.url or ''}"
+            f"{s.episodes:>9}{s.share:>6}  {(s.node or '-')[:8]:<10}{s.reason or s.url or ''}"
             for s in self.servers
         ]
+        if self.nodes:
+            rows += ["", f"{'node':<10}{'address':<17}{'state':<7}{'cpus':>5}  servers"]
+            rows += [
+                f"{n.node_id[:8]:<10}{n.address:<17}{'alive' if n.alive else 'lost':<7}"
+                f"{n.cpus:>5g}  {' '.join(n.servers) or '-'}{'  (router)' if n.router else ''}"
+                for n in self.nodes
+            ]
         serving = sum(s.state == "serving" for s in self.servers)
         title = (
             f"policy version {self.policy_version}{' (updating)' if self.updating else ''}; "

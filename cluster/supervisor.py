@@ -13,6 +13,7 @@ Ray's reaper ends most of it; docs/cluster.md says what is left).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import time
@@ -32,8 +33,24 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "
 _RETRY_S = 0.5
 
 
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One node of the Ray cluster as Ray reports it (a lost one stays, not alive)."""
+
+    node_id: str
+    address: str
+    alive: bool
+    cpus: float
+
+
 class Supervisor(Protocol):
+    local_node: str  # the router's own node: its servers share its file system
+
     async def start(self) -> None: ...
+
+    async def nodes(self) -> list[Node]:
+        """The cluster's nodes, joined and lost."""
+        ...
 
     async def locate(self, slot: int, timeout_s: float) -> Whereabouts:
         """Where server ``slot`` answers now; waits while it is (re)starting."""
@@ -83,6 +100,7 @@ class RaySupervisor:
         self._actors: list[Any] = []
         self._owns_ray = False
         self._host: str | None = None
+        self.local_node = ""
 
     async def start(self) -> None:
         await asyncio.to_thread(self._start)
@@ -105,6 +123,7 @@ class RaySupervisor:
                 namespace=self.namespace,
             )
             self._owns_ray = True
+        self.local_node = ray.get_runtime_context().get_node_id()
         # Locally, loopback; on a Ray cluster, each server listens on its own node's address.
         self._host = c.server_host or ("127.0.0.1" if self._owns_ray else None)
         for slot in range(c.servers):
@@ -116,6 +135,7 @@ class RaySupervisor:
         c = self.config
         c.server_dir(slot).mkdir(parents=True, exist_ok=True)
         options = {
+            "scheduling_strategy": "SPREAD" if c.placement == "spread" else "DEFAULT",
             "num_cpus": c.cpus_per_server,
             "num_gpus": c.gpus_per_server,
             "memory": int(c.memory_per_server_gib * (1 << 30)),
@@ -153,6 +173,20 @@ class RaySupervisor:
             if time.monotonic() >= deadline:
                 raise ServerUnreachable(f"server {slot} did not come back in {timeout_s:.0f} s")
             await asyncio.sleep(_RETRY_S)
+
+    async def nodes(self) -> list[Node]:
+        import ray
+
+        found = await asyncio.to_thread(ray.nodes)
+        return [
+            Node(
+                node_id=n["NodeID"],
+                address=n["NodeManagerAddress"],
+                alive=bool(n["Alive"]),
+                cpus=float(n.get("Resources", {}).get("CPU", 0.0)),
+            )
+            for n in found
+        ]
 
     async def restart(self, slot: int) -> None:
         import ray

@@ -1,10 +1,11 @@
-"""The compose test's app image, built in the background from the start of the session.
+"""The app image of the compose test and the second Ray node's, built in the background
+from the start of the session.
 
 ``scripts/setup.sh app-image`` (the wheelhouse, then an offline ``docker build``) takes
 3-4 minutes on a new machine, mostly disk work: gigabytes of wheels and site-packages
-written into layers. Started as soon as the compose test is among the collected tests, it
-overlaps the tiers that run before it instead of adding its time to theirs; the compose
-test's fixture waits for it. On a machine that built it before, the script finds the
+written into layers. Started as soon as a test that needs it is among the collected tests,
+it overlaps the tests that run before it instead of adding its time to theirs (those
+tests run last); their fixtures wait for it. On a machine that built it before, the script finds the
 wheelhouse and every layer cached and takes seconds.
 """
 
@@ -20,6 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEST = Path(__file__).with_name("test_compose_e2e.py")
+# Every module that runs the image, in the order they run, at the end of the session.
+IMAGE_TESTS = (Path(__file__).with_name("test_cluster_nodes_e2e.py"), COMPOSE_TEST)
 # Minutes on a new machine; past this it hangs (once: waiting on a set-up lock that a
 # daemon had inherited), and a hang should fail this test, not eat the whole CI run.
 BUILD_TIMEOUT_S = 20 * 60
@@ -27,10 +30,10 @@ _BUILD = pytest.StashKey[tuple[subprocess.Popen[bytes], Path]]()
 
 
 def start_if_needed(session: pytest.Session) -> None:
-    """Start the build when a selected test is the compose test's."""
+    """Start the build when a selected test needs the image."""
     if session.config.option.collectonly:
         return
-    if any(Path(item.path) == COMPOSE_TEST for item in session.items):
+    if any(Path(item.path) in IMAGE_TESTS for item in session.items):
         _start(session.config)
 
 

@@ -1,5 +1,6 @@
-"""The e2e tier's session hooks: the compose test runs last, on an app image built in the
-background from the start of the session (``app_image``)."""
+"""The e2e tier's session hooks: the tests that run the app image (the compose test, the
+second Ray node) run last, on the image built in the background from the start of the
+session (``app_image``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import pytest
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The compose test last: its image then has the whole session to build."""
-    compose = [item for item in items if Path(item.path) == app_image.COMPOSE_TEST]
-    items[:] = [item for item in items if item not in compose] + compose
+    """The image's tests last: the image then has the whole session to build."""
+    last = sorted(
+        (item for item in items if Path(item.path) in app_image.IMAGE_TESTS),
+        key=lambda item: app_image.IMAGE_TESTS.index(Path(item.path)),
+    )
+    items[:] = [item for item in items if item not in last] + last
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

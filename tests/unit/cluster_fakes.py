@@ -29,6 +29,7 @@ from rollgym.cluster.actor import Whereabouts
 from rollgym.cluster.config import ClusterConfig
 from rollgym.cluster.errors import ServerAnswered, ServerUnreachable
 from rollgym.cluster.servers import Reply
+from rollgym.cluster.supervisor import Node
 from rollgym.contract.archive import ArchivedGroup, ArchivePage, ArchiveQuery
 from rollgym.contract.dashboard import DashboardData, Series, Stages
 from rollgym.contract.wire import (
@@ -258,6 +259,8 @@ class FakeSupervisor:
         self.pids = [next(_PIDS) for _ in range(servers)]
         self.restarted: list[int] = []
         self.started = self.stopped = False
+        self.local_node = "node-router"
+        self.node_of: list[str] = [self.local_node] * servers  # where each slot's server runs
 
     def _incarnate(self, slot: int) -> FakeServer:
         return FakeServer(self.boxes[slot], f"http://fake-{slot}-{uuid.uuid4().hex[:6]}")
@@ -273,7 +276,13 @@ class FakeSupervisor:
         if self.servers[slot].dead:  # Ray restarts a dead actor with the same arguments
             await self.restart(slot)
         server = self.servers[slot]
-        return Whereabouts(url=server.url, pid=self.pids[slot], serving=True, failed=None)
+        return Whereabouts(
+            url=server.url, pid=self.pids[slot], serving=True, failed=None,
+            node_id=self.node_of[slot],
+        )  # fmt: skip
+
+    async def nodes(self) -> list[Node]:
+        return [Node(node_id=n, address=n, alive=True, cpus=1.0) for n in sorted(set(self.node_of))]
 
     async def restart(self, slot: int) -> None:
         self.restarted.append(slot)
@@ -286,11 +295,13 @@ class FakeSupervisor:
             self.boxes.append(FakeBox())
         self.servers.append(self._incarnate(slot))
         self.pids.append(next(_PIDS))
+        self.node_of.append(self.local_node)
 
     async def remove(self, slot: int, timeout_s: float) -> None:
         assert slot == len(self.servers) - 1, "servers are removed from the end"
         self.servers.pop().dead = True
         self.pids.pop()
+        self.node_of.pop()
 
     async def stop(self, timeout_s: float) -> None:
         self.stopped = True

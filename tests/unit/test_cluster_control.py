@@ -84,6 +84,46 @@ async def test_across_machines_each_server_is_sent_the_staged_file(tmp_path) -> 
         assert control.version == 1
 
 
+async def test_auto_uploads_only_to_servers_on_another_node(tmp_path) -> None:
+    supervisor = FakeSupervisor(2)
+    supervisor.node_of[1] = "node-2"  # s1 does not share the router's file system
+    async with plane(tmp_path, supervisor) as control:
+        copy = await staged(control, tmp_path)
+        await control.update(copy, expected=0)
+        local, remote = (s.loaded for s in supervisor.servers)
+        assert local == [copy.folder] and remote == [copy.files[0]]  # a path, then the file
+        status = control.status()
+        assert [(s.node, s.weights_by) for s in status.servers] == [
+            ("node-router", "shared_file"),
+            ("node-2", "http"),
+        ]
+        nodes = {n.node_id: (n.servers, n.router) for n in status.nodes}
+        assert nodes == {"node-router": (["s0"], True), "node-2": (["s1"], False)}
+        assert "node-2" in status.table()
+
+
+async def test_a_restart_on_another_node_with_the_same_pid_is_a_new_process(tmp_path) -> None:
+    """Containers number their processes alike: (node, pid) names a process, not the pid."""
+    supervisor = FakeSupervisor(2)
+    async with plane(tmp_path, supervisor) as control:
+        slot = control.fleet.slots[1]
+        pid = supervisor.pids[1]
+        restart = supervisor.restart
+
+        async def same_pid_elsewhere(index: int) -> None:
+            await restart(index)
+            supervisor.pids[index], supervisor.node_of[index] = pid, "node-3"
+
+        supervisor.restart = same_pid_elsewhere  # type: ignore[method-assign]
+        supervisor.kill(1)
+        await until(lambda: slot.restarts == 1 and slot.state is SlotState.SERVING)
+        assert (slot.node, slot.pid) == ("node-3", pid)
+        assert slot.api is supervisor.servers[1]  # the new incarnation, not the dead one
+        await control.update(await staged(control, tmp_path), expected=0)
+        assert supervisor.servers[1].loaded  # reached over http: it is on another node
+        assert supervisor.servers[1].loaded[0].suffix == ".safetensors"
+
+
 async def test_a_stale_expected_version_is_refused_before_any_server_is_touched(tmp_path) -> None:
     supervisor = FakeSupervisor(2)
     async with plane(tmp_path, supervisor) as control:
