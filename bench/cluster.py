@@ -18,6 +18,12 @@ Three rows, each against a baseline from the same run:
 3. **weight fan-out**: one weight update through the router to 2 servers against the same
    update to 1 server (median of ``--updates``): the staging is shared, the loads run at
    once.
+
+``--nodes 2`` runs the same rows across two Ray nodes (``bench.ray_nodes``: a head here,
+one CPU; a node in a container of the app image, one CPU), the servers spread one per
+node: the 2-server rows then cross the network (Ray over TCP, the router's calls and the
+weight upload to the container's server over HTTP). The 1-server baseline runs on the
+same two-node Ray cluster.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pathlib import Path
 import httpx
 
 from bench.cluster_env import ENV_ID
+from bench.ray_nodes import RayHead, RayNode, bridge_gateway, server_mounts
 from rollgym.cluster.status import ClusterStatus
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
@@ -152,9 +159,37 @@ def update_s(http: httpx.Client, weights: bytes, updates: int) -> float:
     return statistics.median(times)
 
 
-def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, float]:
+@contextlib.contextmanager
+def two_nodes(model_dir: Path) -> Iterator[dict[str, str]]:
+    """A two-node Ray cluster for the run; yields the settings that make a cluster join it."""
+    import docker
+
+    client = docker.from_env()
+    head = RayHead(bridge_gateway(client), cpus=1)
+    head.start()
+    try:
+        # bench/ on the node: its servers import this benchmark's environment from there
+        mounts = server_mounts(model_dir, f"{Path(__file__).parent}:ro")
+        node = RayNode(client, head, cpus=1, mounts=mounts)
+        node.start()
+        try:
+            yield {
+                **head.env,
+                "ROLLGYM_CLUSTER__RAY_ADDRESS": head.address,
+                "ROLLGYM_CLUSTER__PLACEMENT": "spread",
+            }
+        finally:
+            node.remove()
+    finally:
+        head.stop()
+
+
+def measure(
+    args: argparse.Namespace, servers: int, root: Path, ray: dict[str, str]
+) -> dict[str, float]:
+    """``ray``: settings that join an existing Ray cluster (none: a local one)."""
     token = secrets.token_urlsafe(24)
-    settings = {"ROLLGYM_ENGINE__MAX_MODEL_LEN": "512", "ROLLGYM_ENGINE__WARMUP": "true"}
+    settings = {"ROLLGYM_ENGINE__MAX_MODEL_LEN": "512", "ROLLGYM_ENGINE__WARMUP": "true", **ray}
     print(f"starting a cluster of {servers} (Ray, engines)...", flush=True)
     with (
         ClusterProcess(
@@ -166,6 +201,7 @@ def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, flo
         ) as http,
     ):  # fmt: skip
         status = ClusterStatus.model_validate_json(http.get("/admin/cluster").content)
+        print("  " + ", ".join(f"{s.name} at {s.url} ({s.weights_by})" for s in status.servers))
         server_url = status.servers[0].url
         assert server_url is not None
         out = {"eps": episodes_per_s(http, args, servers)}
@@ -184,18 +220,19 @@ def measure(args: argparse.Namespace, servers: int, root: Path) -> dict[str, flo
     return out
 
 
-def rows(one: dict[str, float], two: dict[str, float]) -> list[Row]:
+def rows(one: dict[str, float], two: dict[str, float], nodes: int) -> list[Row]:
     hop = [two["routed_hop_ms"], one["routed_hop_ms"]]
+    two_of = "2 servers on 2 nodes" if nodes == 2 else "2 servers"
     return [
         (
-            "env-bound episodes/s, 2 servers vs 1",
+            f"env-bound episodes/s, {two_of} vs 1",
             f"{two['eps']:.2f}/s",
             f"{one['eps']:.2f}/s",
             f"{two['eps'] / one['eps']:.2f}x",
             ">= 1.8x",
         ),
         (
-            "router hop, GET /v1/models p50 (2 servers)",
+            f"router hop, GET /v1/models p50 ({two_of})",
             f"{two['routed_ms']:.2f} ms",
             f"{two['direct_ms']:.2f} ms direct",
             f"+{hop[0]:.2f} ms",
@@ -209,7 +246,7 @@ def rows(one: dict[str, float], two: dict[str, float]) -> list[Row]:
             "for scale: the existing Rust router",
         ),
         (
-            "weight update via router, 2 servers vs 1",
+            f"weight update via router, {two_of} vs 1",
             f"{two['update_s'] * 1e3:.0f} ms",
             f"{one['update_s'] * 1e3:.0f} ms",
             f"{two['update_s'] / one['update_s']:.2f}x",
@@ -231,10 +268,13 @@ def print_table(table: list[Row]) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
-        one = measure(args, 1, Path(tmp))
-        two = measure(args, 2, Path(tmp))
-    print_table(rows(one, two))
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp,
+        two_nodes(args.model_dir) if args.nodes == 2 else contextlib.nullcontext({}) as ray,
+    ):
+        one = measure(args, 1, Path(tmp), ray)
+        two = measure(args, 2, Path(tmp), ray)
+    print_table(rows(one, two, args.nodes))
 
 
 if __name__ == "__main__":
@@ -246,4 +286,7 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=300, help="calls per hop measurement")
     parser.add_argument("--updates", type=int, default=5, help="weight updates per size")
     parser.add_argument("--model-dir", type=Path, default=default_model_dir())
+    parser.add_argument(
+        "--nodes", type=int, choices=[1, 2], default=1, help="2: a second Ray node in a container"
+    )
     main(parser.parse_args())

@@ -31,10 +31,20 @@ from pathlib import Path
 import psutil
 
 import docker
+from rollgym.sandboxes.config import default_runtime_dir
 
 RAY = str(Path(sys.executable).with_name("ray"))
 APP_IMAGE = "rollgym/app:latest"
 OBJECT_STORE_BYTES = str(80 << 20)  # rollgym puts nothing in Ray's object store
+
+
+def server_mounts(model_dir: Path, *extra: str) -> list[str]:
+    """What a node needs of this machine to run rollout servers: the model (read-only, at
+    the path the servers are configured with), the Docker engine that starts sandboxes
+    and the boxes' socket folder (the engine mounts it by its host path)."""
+    runtime = default_runtime_dir()
+    os.makedirs(runtime, exist_ok=True)
+    return [f"{model_dir}:ro", "/var/run/docker.sock", runtime, *extra]
 
 
 def bridge_gateway(client: docker.DockerClient) -> str:

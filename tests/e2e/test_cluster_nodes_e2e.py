@@ -25,10 +25,9 @@ import httpx
 import pytest
 from test_cluster_e2e import AGENT, AGENT_KEY, GROUP_SIZE, GROUPS, job, per_server, status, until
 
-from bench.ray_nodes import RayHead, RayNode, bridge_gateway
+from bench.ray_nodes import RayHead, RayNode, bridge_gateway, server_mounts
 from rollgym.contract.wire import PullRequest
 from rollgym.run.cluster_process import ClusterProcess
-from rollgym.sandboxes.config import default_runtime_dir
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train
@@ -47,10 +46,7 @@ def head(docker_client) -> Iterator[RayHead]:
 @pytest.fixture(scope="module")
 def node(pytestconfig, docker_client, head, default_model_dir) -> Iterator[RayNode]:
     app_image.wait(pytestconfig)  # the image compose builds, with this checkout's code
-    runtime = default_runtime_dir()  # the boxes' sockets: the engine mounts them by path
-    os.makedirs(runtime, exist_ok=True)
-    mounts = [f"{default_model_dir}:ro", "/var/run/docker.sock", runtime]
-    node = RayNode(docker_client, head, cpus=1, mounts=mounts)
+    node = RayNode(docker_client, head, cpus=1, mounts=server_mounts(default_model_dir))
     node.start()
     try:
         yield node

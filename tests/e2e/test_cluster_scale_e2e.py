@@ -1,7 +1,7 @@
-"""`rollgym cluster scale` during a run: 1 -> 2 -> 1 servers on a local Ray, the default
+"""`rollgym cluster scale` during a run: 1 -> 3 -> 1 servers on a local Ray, the default
 model, while the trainer trains from the router.
 
-The second server must come up at the cluster's version before it takes work (no
+Each new server must come up at the cluster's version before it takes work (no
 trajectory of the run mixes versions beyond the window), and when it leaves it drains:
 the run loses no step, and the trainer keeps pulling through the change.
 """
@@ -21,11 +21,12 @@ from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train
 
 STEPS = 8
+PEAK = 3  # servers at the top of the cycle
 
 
 class Scaler:
-    """The trainer's printer, called after every step: grows the cluster to 2 at the first
-    (the step waits while the server starts; the job keeps sampling on s0), and from the
+    """The trainer's printer, called after every step: grows the cluster to ``PEAK`` at the
+    first (the step waits while the servers start; the job keeps sampling on s0), and from the
     third starts shrinking it back in a thread while the run goes on pulling."""
 
     def __init__(self, cluster: ClusterProcess):
@@ -50,7 +51,7 @@ class Scaler:
         self.calls += 1
         if self.grown is None:
             started = time.perf_counter()
-            self.grown = self._scale(2)
+            self.grown = self._scale(PEAK)
             self.scale_up_s = time.perf_counter() - started
         elif self.calls >= 3 and self.shrinking is None:
             self.shrinking = threading.Thread(target=self._shrink, daemon=True)
@@ -63,11 +64,11 @@ class Scaler:
             self.error = exc
 
 
-def test_scale_1_2_1_during_a_run(tmp_path, default_model_dir) -> None:
+def test_scale_1_3_1_during_a_run(tmp_path, default_model_dir) -> None:
     settings = {
         "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
         "ROLLGYM_CLUSTER__HEALTH_INTERVAL_S": "0.5",
-        "ROLLGYM_CLUSTER__MAX_SERVERS": "2",
+        "ROLLGYM_CLUSTER__MAX_SERVERS": str(PEAK),
         "ROLLGYM_CLUSTER__DRAIN_TIMEOUT_S": "300",
         "ROLLGYM_CLUSTER__MEMORY_PER_SERVER_GIB": "2",
     }
@@ -93,8 +94,8 @@ def test_scale_1_2_1_during_a_run(tmp_path, default_model_dir) -> None:
         assert scaler.error is None, scaler.error
         assert scaler.grown is not None and scaler.shrunk is not None
         grown = scaler.grown.servers
-        assert [s.state for s in grown] == ["serving", "serving"]
-        # the new server took traffic only at the cluster's version
+        assert [s.state for s in grown] == ["serving"] * PEAK
+        # the new servers took traffic only at the cluster's version
         assert {s.policy_version for s in grown} == {scaler.grown.policy_version}
         assert [s.name for s in scaler.shrunk.servers] == ["s0"]
         assert result.steps == STEPS  # nothing the run needed was lost
@@ -105,4 +106,4 @@ def test_scale_1_2_1_during_a_run(tmp_path, default_model_dir) -> None:
             timeout=30,
         )
         assert ClusterStatus.model_validate_json(final.content).servers[0].state == "serving"
-        print(f"scale-up 1 -> 2 (start, catch up, in rotation): {scaler.scale_up_s:.1f} s")
+        print(f"scale-up 1 -> {PEAK} (start, catch up, in rotation): {scaler.scale_up_s:.1f} s")
