@@ -154,6 +154,11 @@ class RayNode:
         container = self.client.containers.get(self.name)
         return str(container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"])
 
+    @property
+    def hostname(self) -> str:
+        """The host name its processes see (what labels their sandbox boxes)."""
+        return str(self.client.containers.get(self.name).attrs["Config"]["Hostname"])
+
     def kill(self) -> None:
         self.client.containers.get(self.name).kill()
 

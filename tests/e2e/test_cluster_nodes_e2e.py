@@ -1,21 +1,25 @@
-"""The cluster across two Ray nodes joined over TCP: this machine, and a container.
+"""The cluster across two Ray nodes joined over TCP, its sandboxes on a third host.
 
 The head node runs here (``ray start --head``, token authentication), the second node in
 a container of the app image that compose builds (``ray start --address=...``): its own
-file system and address (``ray_nodes``). ``rollgym cluster up`` joins that Ray cluster
-(``ray_address``) and spreads its two servers, one per node (one CPU each). In the order
-a run meets them: the router and ``rollgym cluster status`` show both nodes and which
+file system and address (``bench.ray_nodes``). ``rollgym cluster up`` joins that Ray
+cluster (``ray_address``) and spreads its two servers, one per node (one CPU each). Both
+servers start their sandboxes on the remote sandbox host (the second Docker engine,
+``scripts/remote_dockerd.sh``, over mutual TLS): the container has no Docker engine of its
+own and no socket mounted. In the order a run meets them: the router and ``rollgym cluster status`` show both nodes and which
 server runs where; a run trains from both servers and every update reaches the server in
 the container over HTTP (the router's weight store is not on its file system); the
 container killed is a node lost: its server's sessions get ``server_lost``, the other
 server goes on, and when the container starts again Ray places the server there again,
-it reopens its buffer (nothing it held is lost) and rejoins at the cluster's version.
+it reopens its buffer (nothing it held is lost), sweeps the box its dead process left on
+the sandbox host, and rejoins at the cluster's version.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,9 +29,13 @@ import httpx
 import pytest
 from test_cluster_e2e import AGENT, AGENT_KEY, GROUP_SIZE, GROUPS, job, per_server, status, until
 
-from bench.ray_nodes import RayHead, RayNode, bridge_gateway, server_mounts
+import docker
+from bench.ray_nodes import RayHead, RayNode, bridge_gateway
 from rollgym.contract.wire import PullRequest
 from rollgym.run.cluster_process import ClusterProcess
+from rollgym.sandboxes.docker.engine import engine_client
+from rollgym.sandboxes.docker.owner import Owner
+from rollgym.sandboxes.docker.provider import LABEL_OWNER
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.loop import train
@@ -44,9 +52,12 @@ def head(docker_client) -> Iterator[RayHead]:
 
 
 @pytest.fixture(scope="module")
-def node(pytestconfig, docker_client, head, default_model_dir) -> Iterator[RayNode]:
+def node(
+    pytestconfig, docker_client, head, default_model_dir, remote_docker_host
+) -> Iterator[RayNode]:
     app_image.wait(pytestconfig)  # the image compose builds, with this checkout's code
-    node = RayNode(docker_client, head, cpus=1, mounts=server_mounts(default_model_dir))
+    mounts = [f"{default_model_dir}:ro", f"{remote_docker_host.cert_dir}:ro"]
+    node = RayNode(docker_client, head, cpus=1, mounts=mounts)
     node.start()
     try:
         yield node
@@ -55,8 +66,12 @@ def node(pytestconfig, docker_client, head, default_model_dir) -> Iterator[RayNo
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, head, node, default_model_dir) -> Iterator[ClusterProcess]:
+def cluster(
+    tmp_path_factory, head, node, default_model_dir, remote_docker_host
+) -> Iterator[ClusterProcess]:
     root = tmp_path_factory.mktemp("cluster-nodes")
+    # The sandbox host as a container reaches it: on the bridge's gateway, not loopback.
+    sandbox_host = remote_docker_host.url.replace("127.0.0.1", head.ip)
     settings = {
         **head.env,
         "ROLLGYM_CLUSTER__RAY_ADDRESS": head.address,
@@ -66,12 +81,28 @@ def cluster(tmp_path_factory, head, node, default_model_dir) -> Iterator[Cluster
         "ROLLGYM_BUFFER__LEASE_TIMEOUT_S": "5",
         "ROLLGYM_ENGINE__MAX_MODEL_LEN": "1024",
         "ROLLGYM_SANDBOXES__POOL_SIZE": "1",
+        "ROLLGYM_SANDBOXES__BACKEND": "remote",
+        "ROLLGYM_SANDBOXES__REMOTE__URL": sandbox_host,
+        "ROLLGYM_SANDBOXES__REMOTE__CERT_DIR": str(remote_docker_host.cert_dir),
         "ROLLGYM_AGENTS__KEYS": json.dumps({"e2e": AGENT_KEY}),
     }
     with ClusterProcess(
         servers=2, model_dir=default_model_dir, data_dir=root, threads=1, settings=settings
     ) as process:
         yield process
+
+
+@pytest.fixture(scope="module")
+def sandbox_engine(remote_docker_host) -> Iterator[docker.DockerClient]:
+    client = engine_client(remote_docker_host)
+    yield client
+    client.close()
+
+
+def box_owners(engine: docker.DockerClient) -> set[Owner]:
+    """Whose sandbox boxes ``engine`` runs (the owner label: pid, start, host)."""
+    boxes = engine.containers.list(all=True, filters={"label": "rollgym.sandbox"})
+    return {o for c in boxes if (o := Owner.decode(c.labels.get(LABEL_OWNER, ""))) is not None}
 
 
 @pytest.fixture
@@ -106,6 +137,14 @@ def cluster_head_ip(now) -> str:  # type: ignore[no-untyped-def]
     return next(n.address for n in now.nodes if n.router)
 
 
+def test_both_servers_box_on_the_sandbox_host(cluster, node, sandbox_engine, docker_client):  # type: ignore[no-untyped-def]
+    here = next(s for s in status(cluster).servers if s.weights_by == "shared_file")
+    owners = box_owners(sandbox_engine)
+    assert any((o.pid, o.host) == (here.pid, socket.gethostname()) for o in owners), owners
+    assert any(o.host == node.hostname for o in owners), owners  # the container's server
+    assert all(o.host != node.hostname for o in box_owners(docker_client))
+
+
 def test_a_run_trains_from_both_nodes_and_updates_reach_the_container(
     client, cluster, node, tmp_path
 ) -> None:
@@ -129,7 +168,7 @@ def test_a_run_trains_from_both_nodes_and_updates_reach_the_container(
 
 
 def test_a_node_lost_is_a_server_lost_and_it_comes_back_with_the_node(
-    client, cluster, node
+    client, cluster, node, sandbox_engine
 ) -> None:
     http = httpx.Client(base_url=cluster.url, headers=AGENT, timeout=60)
     before = status(cluster)
@@ -150,6 +189,8 @@ def test_a_node_lost_is_a_server_lost_and_it_comes_back_with_the_node(
     held = per_server(cluster, "rollgym_buffer_groups", state="ready")[victim]
     version = client.policy_version()
     address = node.ip
+    left = {o for o in box_owners(sandbox_engine) if o.host == node.hostname}
+    assert len(left) == 1  # its pool's one box, which its death will leave behind
 
     node.kill()
     until(lambda: server(cluster, victim).state != "serving", 120, "the router to notice")
@@ -173,6 +214,8 @@ def test_a_node_lost_is_a_server_lost_and_it_comes_back_with_the_node(
     assert back.policy_version == version == client.policy_version()
     assert back.weights_by == "http"
     assert per_server(cluster, "rollgym_buffer_groups", state="ready")[victim] == held
+    now = {o for o in box_owners(sandbox_engine) if o.host == node.hostname}
+    assert now and not now & left  # the dead process's box swept, the new one's there
     pulled = client.pull(
         PullRequest(trainer_version=version, max_staleness=1, num_groups=64, timeout_s=5)
     )
