@@ -68,17 +68,17 @@ def job(args: argparse.Namespace, servers: int) -> RolloutJob:
     )
 
 
-def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -> float:
-    """Start the job, pull and ack like a trainer; the servers' production rate.
+def episodes_per_s(http: httpx.Client, work: RolloutJob, warmup: int, measured: int) -> float:
+    """Start the job ``work``, pull and ack like a trainer; the servers' production rate.
 
     The rate comes from when episodes ended on the servers (``created_at``), not from
     when they were pulled, so a backlog the consumer finds does not count as speed; the
-    first ``--warmup`` groups (engine and env start-up) are left out."""
-    started_job = http.post("/admin/rollouts", json=job(args, servers).model_dump(mode="json"))
+    first ``warmup`` groups (engine and env start-up) are left out, ``measured`` counted."""
+    started_job = http.post("/admin/rollouts", json=work.model_dump(mode="json"))
     started_job.raise_for_status()
     pull = PullRequest(trainer_version=0, max_staleness=1, num_groups=64, timeout_s=2.0)
     ended: list[float] = []
-    while len(ended) < (args.warmup + args.groups) * GROUP_SIZE:
+    while len(ended) < (warmup + measured) * work.group_size:
         answer = http.post("/admin/buffer/pull", json=pull.model_dump(mode="json"), timeout=60)
         answer.raise_for_status()
         groups = answer.json()["groups"]
@@ -86,7 +86,7 @@ def episodes_per_s(http: httpx.Client, args: argparse.Namespace, servers: int) -
             http.post("/admin/buffer/ack", json={"group_ids": [g["group_id"] for g in groups]})
         ended += [t["created_at"] for g in groups for t in g["trajectories"]]
     http.delete("/admin/rollouts").raise_for_status()
-    window = sorted(ended)[args.warmup * GROUP_SIZE :]
+    window = sorted(ended)[warmup * work.group_size :]
     return (len(window) - 1) / (window[-1] - window[0])
 
 
@@ -204,7 +204,7 @@ def measure(
         print("  " + ", ".join(f"{s.name} at {s.url} ({s.weights_by})" for s in status.servers))
         server_url = status.servers[0].url
         assert server_url is not None
-        out = {"eps": episodes_per_s(http, args, servers)}
+        out = {"eps": episodes_per_s(http, job(args, servers), args.warmup, args.groups)}
         bases = {"direct": server_url, "routed": cluster.url}
         if servers > 1:  # for scale: the existing router, in front of the same servers
             urls = [s.url for s in status.servers if s.url is not None]

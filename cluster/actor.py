@@ -27,7 +27,7 @@ class Whereabouts:
     pid: int
     serving: bool  # uvicorn finished its start-up (the engine is up)
     failed: str | None  # why the server thread ended, if it did
-    node_id: str = "local"  # the Ray node it runs on (a restart may move it)
+    node_id: str  # the Ray node it runs on (a restart may move it)
 
     @property
     def incarnation(self) -> tuple[str, int]:

@@ -12,8 +12,9 @@
   version, gets the acks kept for it and its share of the job, and only then rejoins.
 * **Weights.** ``update`` fans one staged copy out to every server in rotation, concurrently
   (its path to a server on the router's Ray node, an upload to one on another node: it
-  does not share the router's files; ``weights_transport``), and moves the version by the rules of ``rollgym.cluster.versions``: an update counts
-  once every server in rotation applied it; one that failed is recovered like a dead one.
+  does not share the router's files; ``weights_transport``), and moves the version by the
+  rules of ``rollgym.cluster.versions``: an update counts once every server in rotation
+  applied it; one that failed is recovered like a dead one.
   Updates and recoveries take one lock, so a rejoining server catches up to a version
   that no update is halfway through.
 * **Scale** (``scale``, ``rollgym cluster scale N``). A new server comes up, catches up to

@@ -6,8 +6,9 @@ file system and address (``bench.ray_nodes``). ``rollgym cluster up`` joins that
 cluster (``ray_address``) and spreads its two servers, one per node (one CPU each). Both
 servers start their sandboxes on the remote sandbox host (the second Docker engine,
 ``scripts/remote_dockerd.sh``, over mutual TLS): the container has no Docker engine of its
-own and no socket mounted. In the order a run meets them: the router and ``rollgym cluster status`` show both nodes and which
-server runs where; a run trains from both servers and every update reaches the server in
+own and no socket mounted. In the order a run meets them: the router and ``rollgym
+cluster status`` show both nodes and which server runs where; both servers' boxes are on
+the sandbox host; a run trains from both servers and every update reaches the server in
 the container over HTTP (the router's weight store is not on its file system); the
 container killed is a node lost: its server's sessions get ``server_lost``, the other
 server goes on, and when the container starts again Ray places the server there again,
@@ -137,7 +138,7 @@ def cluster_head_ip(now) -> str:  # type: ignore[no-untyped-def]
     return next(n.address for n in now.nodes if n.router)
 
 
-def test_both_servers_box_on_the_sandbox_host(cluster, node, sandbox_engine, docker_client):  # type: ignore[no-untyped-def]
+def test_both_servers_box_on_the_sandbox_host(cluster, node, sandbox_engine, docker_client) -> None:
     here = next(s for s in status(cluster).servers if s.weights_by == "shared_file")
     owners = box_owners(sandbox_engine)
     assert any((o.pid, o.host) == (here.pid, socket.gethostname()) for o in owners), owners
