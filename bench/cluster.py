@@ -165,23 +165,17 @@ def two_nodes(model_dir: Path) -> Iterator[dict[str, str]]:
     import docker
 
     client = docker.from_env()
-    head = RayHead(bridge_gateway(client), cpus=1)
-    head.start()
-    try:
-        # bench/ on the node: its servers import this benchmark's environment from there
-        mounts = server_mounts(model_dir, f"{Path(__file__).parent}:ro")
-        node = RayNode(client, head, cpus=1, mounts=mounts)
-        node.start()
-        try:
-            yield {
-                **head.env,
-                "ROLLGYM_CLUSTER__RAY_ADDRESS": head.address,
-                "ROLLGYM_CLUSTER__PLACEMENT": "spread",
-            }
-        finally:
-            node.remove()
-    finally:
-        head.stop()
+    # bench/ on the node: its servers import this benchmark's environment from there
+    mounts = server_mounts(model_dir, f"{Path(__file__).parent}:ro")
+    with (
+        RayHead(bridge_gateway(client), cpus=1) as head,
+        RayNode(client, head, cpus=1, mounts=mounts),
+    ):
+        yield {
+            **head.env,
+            "ROLLGYM_CLUSTER__RAY_ADDRESS": head.address,
+            "ROLLGYM_CLUSTER__PLACEMENT": "spread",
+        }
 
 
 def measure(

@@ -3,6 +3,8 @@
 How a user grows a cluster (docs/cluster.md, "Across Ray nodes"), done by the e2e tier
 and `bench.cluster --nodes 2`:
 
+Both are context managers (started on entry, gone on exit).
+
 * ``RayHead``: ``ray start --head`` on this machine, listening on the Docker bridge's
   gateway so containers reach it, with token authentication (``RAY_AUTH_MODE=token``: a
   node or a driver without the token is refused).
@@ -82,6 +84,13 @@ class RayHead:
             "RAY_USAGE_STATS_ENABLED": "0",
         }
 
+    def __enter__(self) -> RayHead:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def start(self) -> None:
         subprocess.run(
             [RAY, "start", "--head", f"--node-ip-address={self.ip}", f"--port={self.port}",
@@ -117,6 +126,13 @@ class RayNode:
         self.cpus = cpus
         self.mounts = mounts
         self.name = f"rollgym-ray-node-{secrets.token_hex(4)}"
+
+    def __enter__(self) -> RayNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
     def start(self) -> None:
         """Create and start the container, or start it again after ``kill``."""

@@ -12,6 +12,13 @@ executor's round trip to where the boxes live. The rate counts episodes as they 
 the server (``bench.cluster.episodes_per_s``). A table: each backend's episodes/s per run,
 the median, and the ratio remote/local.
 
+Then, in this process, what a lease costs on each backend: a pool of ``--slots`` boxes
+leased one after another (so each box waits idle in the pool between its leases, as in a
+warm pool with room), each lease two trivial Python calls then the release (the box's
+reset): the median of each phase over ``--leases`` leases. A reset restarts the box's
+Python worker; a remote box's connection to it is a ``docker exec``, which the client
+opens ahead while the box waits (``ExecutorClient.connect_ahead``).
+
 What it cannot show on one machine: capacity. The second engine shares this machine's
 cores, so boxes on it add no CPU; the row measures what the remote path costs a
 box-bound workload, which is what a user moving boxes off the server's host pays.
@@ -20,9 +27,11 @@ box-bound workload, which is what a user moving boxes off the server's host pays
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -32,6 +41,8 @@ from bench.cluster_env import BOX_ENV_ID
 from rollgym.contract.paths import default_model_dir
 from rollgym.contract.wire import RolloutJob, SamplingSettings
 from rollgym.run.server_process import ServerProcess
+from rollgym.sandboxes.config import PoolConfig, RemoteHost
+from rollgym.sandboxes.docker import DockerSandboxPool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,6 +87,35 @@ def measure(args: argparse.Namespace, backend: dict[str, str], root: Path) -> fl
         return episodes_per_s(http, job(args), args.warmup, args.groups)
 
 
+async def lease_phases(pool: DockerSandboxPool, leases: int) -> dict[str, float]:
+    """Median ms of each phase of a lease (see the module docstring), after 5 left out."""
+    times: dict[str, list[float]] = {"lease": [], "first call": [], "second call": []}
+    times["release"] = []
+    for n in range(leases + 5):
+        marks = [time.perf_counter()]
+        box = await pool.aacquire(timeout=600)
+        marks.append(time.perf_counter())
+        for code in ("x = 1", "x = 2"):
+            await box.arun_python(code)
+            marks.append(time.perf_counter())
+        await pool.arelease(box)
+        marks.append(time.perf_counter())
+        if n >= 5:
+            for phase, start, end in zip(times, marks, marks[1:], strict=False):
+                times[phase].append(end - start)
+    return {phase: statistics.median(t) * 1e3 for phase, t in times.items()}
+
+
+def lease_table(args: argparse.Namespace, remote: RemoteHost) -> None:
+    rows = {}
+    for name, host in (("local", None), ("remote", remote)):
+        with DockerSandboxPool(PoolConfig(size=args.slots, remote=host)) as pool:
+            rows[name] = asyncio.run(lease_phases(pool, args.leases))
+    print(f"\n{'a lease, median ms':<22}" + "".join(f"{p:>13}" for p in rows["local"]))
+    for name, phases in rows.items():
+        print(f"{'boxes ' + name:<22}" + "".join(f"{v:>13.1f}" for v in phases.values()))
+
+
 def main(args: argparse.Namespace) -> None:
     backends = {"local": {"ROLLGYM_SANDBOXES__BACKEND": "local"}, "remote": remote_settings()}
     rates: dict[str, list[float]] = {name: [] for name in backends}
@@ -93,6 +133,9 @@ def main(args: argparse.Namespace) -> None:
         print(f"{'episodes/s, boxes ' + name:<34}{cells}  {statistics.median(rates[name]):.2f}")
     cells = "  ".join(f"{r:4.2f}x" for r in ratios)
     print(f"{'remote / local (same run)':<34}{cells}  {statistics.median(ratios):.2f}x")
+    remote = backends["remote"]
+    prefix = "ROLLGYM_SANDBOXES__REMOTE__"
+    lease_table(args, RemoteHost(url=remote[prefix + "URL"], cert_dir=remote[prefix + "CERT_DIR"]))
 
 
 if __name__ == "__main__":
@@ -102,5 +145,6 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=int, default=8, help="groups left out first")
     parser.add_argument("--env-latency", type=float, default=0.5, help="seconds per env step")
     parser.add_argument("--slots", type=int, default=4, help="the server's pool: boxes at once")
+    parser.add_argument("--leases", type=int, default=30, help="leases timed per backend")
     parser.add_argument("--model-dir", type=Path, default=default_model_dir())
     main(parser.parse_args())

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
@@ -30,7 +31,7 @@ from rollgym.contract.wire import PullRequest, RolloutJob, SamplingSettings
 from rollgym.run.cluster_process import ClusterProcess
 from rollgym.trainer.client import ServerClient
 from rollgym.trainer.config import TrainerConfig
-from rollgym.trainer.loop import train
+from rollgym.trainer.loop import TrainResult, train
 
 GROUP_SIZE, GROUPS = 4, 2
 
@@ -111,18 +112,23 @@ def job() -> RolloutJob:
     )
 
 
-def test_a_run_trains_from_both_servers_and_weights_reach_both(client, cluster, tmp_path) -> None:
-    start = client.policy_version()
+def train_from(cluster: ClusterProcess, client: ServerClient, steps: int, out: Path) -> TrainResult:
+    """``steps`` GRPO steps on ``job()``'s groups from the cluster, then its rollouts stopped."""
     config = TrainerConfig(
-        output_dir=tmp_path / "run", group_size=GROUP_SIZE, groups_per_batch=GROUPS,
-        max_staleness=1, total_steps=3, learning_rate=1e-3, pull_timeout_s=5.0,
-        stall_timeout_s=300.0,
+        output_dir=out, group_size=GROUP_SIZE, groups_per_batch=GROUPS, max_staleness=1,
+        total_steps=steps, learning_rate=1e-3, pull_timeout_s=5.0, stall_timeout_s=300.0,
     )  # fmt: skip
     result = train(
         config, client, cluster.model_dir, on_ready=lambda: client.start_rollouts(job()),
         printer=None,
     )  # fmt: skip
     client.stop_rollouts()
+    return result
+
+
+def test_a_run_trains_from_both_servers_and_weights_reach_both(client, cluster, tmp_path) -> None:
+    start = client.policy_version()
+    result = train_from(cluster, client, 3, tmp_path / "run")
     assert result.steps == 3
     assert result.policy_version == client.policy_version() == start + 4
     assert all(r.version_lag_max <= 1 for r in result.records)  # the window held cluster-wide

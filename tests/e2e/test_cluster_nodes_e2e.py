@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import app_image
 import httpx
 import pytest
-from test_cluster_e2e import AGENT, AGENT_KEY, GROUP_SIZE, GROUPS, job, per_server, status, until
+from test_cluster_e2e import AGENT, AGENT_KEY, job, per_server, status, train_from, until
 
 import docker
 from bench.ray_nodes import RayHead, RayNode, bridge_gateway
@@ -38,18 +38,12 @@ from rollgym.sandboxes.docker.engine import engine_client
 from rollgym.sandboxes.docker.owner import Owner
 from rollgym.sandboxes.docker.provider import LABEL_OWNER
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import TrainerConfig
-from rollgym.trainer.loop import train
 
 
 @pytest.fixture(scope="module")
 def head(docker_client) -> Iterator[RayHead]:
-    head = RayHead(bridge_gateway(docker_client), cpus=1)
-    head.start()
-    try:
+    with RayHead(bridge_gateway(docker_client), cpus=1) as head:
         yield head
-    finally:
-        head.stop()
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +52,8 @@ def node(
 ) -> Iterator[RayNode]:
     app_image.wait(pytestconfig)  # the image compose builds, with this checkout's code
     mounts = [f"{default_model_dir}:ro", f"{remote_docker_host.cert_dir}:ro"]
-    node = RayNode(docker_client, head, cpus=1, mounts=mounts)
-    node.start()
-    try:
+    with RayNode(docker_client, head, cpus=1, mounts=mounts) as node:
         yield node
-    finally:
-        node.remove()
 
 
 @pytest.fixture(scope="module")
@@ -150,16 +140,7 @@ def test_a_run_trains_from_both_nodes_and_updates_reach_the_container(
     client, cluster, node, tmp_path
 ) -> None:
     start = client.policy_version()
-    config = TrainerConfig(
-        output_dir=tmp_path / "run", group_size=GROUP_SIZE, groups_per_batch=GROUPS,
-        max_staleness=1, total_steps=2, learning_rate=1e-3, pull_timeout_s=5.0,
-        stall_timeout_s=300.0,
-    )  # fmt: skip
-    result = train(
-        config, client, cluster.model_dir, on_ready=lambda: client.start_rollouts(job()),
-        printer=None,
-    )  # fmt: skip
-    client.stop_rollouts()
+    result = train_from(cluster, client, 2, tmp_path / "run")
     assert result.steps == 2 and result.policy_version == client.policy_version() == start + 3
     made = per_server(cluster, "rollgym_trajectories_total", source="rollout")
     assert set(made) == {"s0", "s1"} and min(made.values()) > 0, made  # both nodes sampled
