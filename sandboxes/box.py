@@ -442,7 +442,6 @@ class ExecutorSandbox:
         if self._executor is not None:
             self._executor = (self._executor[0], reply.get("oom_kills"))
         self._python.close()  # the next Python call meets the fresh worker
-        self._python.connect_ahead(self._config.host_grace_s)  # on a remote host: ahead
         self.timeouts = 0
         self._metrics.observe(m.RESET, time.perf_counter() - start)
 

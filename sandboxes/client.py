@@ -141,7 +141,6 @@ class ExecutorClient:
         self._reader: FrameReader | None = None
         self._lock = threading.Lock()
         self._aconn: _ReplyProtocol | None = None
-        self._closes = 0  # how many times it was closed: a connection opened ahead checks it
 
     def call(self, request: dict[str, Any], deadline_s: float) -> Frame:
         with self._lock:
@@ -166,25 +165,6 @@ class ExecutorClient:
                 self._close_sync()
                 raise TransportError("the executor closed the connection")
             return reply
-
-    def connect_ahead(self, deadline_s: float) -> None:
-        """Open a relayed connection now, on the relay's threads, for the next call to find
-        open: a relayed connection is a ``docker exec`` (about 57 ms measured against a
-        remote engine, where a local one takes well under a millisecond, so a local client
-        does nothing here). A call meanwhile waits for it (the lock); a failure is left for
-        the next call to meet as it would have; a ``close`` since makes it do nothing."""
-        if self.relay is not None:
-            self.relay.calls.submit(self._open_ahead, self._closes, deadline_s)
-
-    def _open_ahead(self, closes: int, deadline_s: float) -> None:
-        with self._lock:
-            if self._sock is not None or self._closes != closes:
-                return
-            try:
-                self._sock = self._connect(deadline_s)
-                self._reader = FrameReader(self._sock, self.max_frame)
-            except (TransportError, OSError):
-                self._close_sync()
 
     def _connect(self, deadline_s: float) -> socket.socket:
         if self.relay is not None:  # a stream with the socket methods used here
@@ -279,6 +259,5 @@ class ExecutorClient:
 
     def close(self) -> None:
         with self._lock:
-            self._closes += 1
             self._close_sync()
         self._close_async()

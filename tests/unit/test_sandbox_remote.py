@@ -10,8 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,6 @@ from rollgym.sandboxes.agent import relay
 from rollgym.sandboxes.agent.identity import User
 from rollgym.sandboxes.agent.server import from_user, listen
 from rollgym.sandboxes.base import SandboxError
-from rollgym.sandboxes.client import ExecutorClient, TransportError
 from rollgym.sandboxes.config import RemoteHost, SandboxConfig
 from rollgym.sandboxes.docker.engine import tls_config
 from rollgym.sandboxes.docker.provider import BOX_AGENT_DIR, BOX_RUNTIME_DIR, relayed_spec
@@ -178,48 +175,3 @@ def test_a_relayed_executor_admits_the_relays_user_alone() -> None:
     assert not from_user(os.getuid() + 1)(ours)
     ours.close()
     peer.close()
-
-
-class CountingRelay:
-    """A relay whose streams are socket pairs; it counts what it opened (each would be a
-    ``docker exec`` of the box's relay)."""
-
-    def __init__(self) -> None:
-        self.calls = ThreadPoolExecutor(1)  # one thread: what it was given runs in order
-        self.opened: list[socket.socket] = []
-
-    def open(self, socket_path: str, deadline_s: float) -> socket.socket:
-        ours, theirs = socket.socketpair()
-        self.opened.append(theirs)
-        return ours
-
-    def settle(self) -> None:
-        """Wait for everything submitted so far."""
-        self.calls.submit(lambda: None).result(timeout=5)
-
-
-def test_a_relayed_connection_is_opened_ahead_once_and_not_after_a_close() -> None:
-    relay = CountingRelay()
-    client = ExecutorClient("/box/python.sock", listener_uid=0, relay=relay)
-    client.connect_ahead(5.0)
-    relay.settle()
-    assert len(relay.opened) == 1  # open before any call needs it
-    client.connect_ahead(5.0)
-    relay.settle()
-    assert len(relay.opened) == 1  # already open: no second exec
-    hold = threading.Event()
-    relay.calls.submit(hold.wait, 5)  # the relay's thread is busy...
-    client.close()
-    client.connect_ahead(5.0)
-    client.close()  # ...and the client is closed again before the connection ahead ran
-    hold.set()
-    relay.settle()
-    assert len(relay.opened) == 1
-    relay.calls.shutdown()
-
-
-def test_a_local_client_connects_on_its_first_call() -> None:
-    client = ExecutorClient("/nowhere/python.sock", listener_uid=0)
-    client.connect_ahead(5.0)  # a local connection is cheap: nothing ahead
-    with pytest.raises(TransportError, match="cannot connect"):
-        client.call({"op": "ping"}, 1.0)
