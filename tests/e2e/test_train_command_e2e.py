@@ -65,7 +65,7 @@ def test_held_groups_are_all_trained_without_a_first_push(
     command = [
         sys.executable, "-m", "rollgym.cli", "train", "--server", config.url,
         "--model", str(default_model_dir), "--output-dir", str(tmp_path / "run"),
-        "--token", server.admin_token, "--total-steps", str(GROUPS), "--group-size", "4",
+        f"--token={server.admin_token}", "--total-steps", str(GROUPS), "--group-size", "4",
         "--groups-per-batch", "1", "--max-staleness", "1", "--wait-s", "60",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
