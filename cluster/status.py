@@ -32,7 +32,10 @@ class ServerStatus(BaseModel):
 class NodeStatus(BaseModel):
     node_id: str
     address: str
-    alive: bool = Field(description="false: Ray lost it (its servers restart elsewhere)")
+    alive: bool = Field(
+        description="false: Ray lost it (its servers restart where Ray finds room, on it "
+        "again once it returns)"
+    )
     cpus: float
     router: bool = Field(description="the router's own node (shares its file system)")
     servers: list[str] = Field(description="the servers running on it")

@@ -1,10 +1,11 @@
 """Starting, finding and restarting the servers: Ray does it, behind a small seam.
 
 ``Supervisor`` is what the control plane needs: start N servers, find where server ``i``
-answers now (after a restart: the new process's port), force a restart of a server that
-is alive but broken, stop everything. ``RaySupervisor`` runs each server as a
-``ServerHost`` actor with declared resources (CPUs, GPUs, memory) and ``max_restarts``:
-Ray places them and restarts them; rollgym schedules nothing itself. A local Ray cluster
+answers now (after a restart: the new process's port and node), force a restart of a
+server that is alive but broken, list the Ray cluster's nodes, stop everything.
+``RaySupervisor`` runs each server as a ``ServerHost`` actor with declared resources
+(CPUs, GPUs, memory), ``max_restarts`` and a scheduling strategy (``placement``): Ray
+places them, on any of its nodes, and restarts them; rollgym schedules nothing itself. A local Ray cluster
 (no ``ray_address``) is started small (the servers' CPUs, an 80 MiB object store, no
 dashboard) and belongs to this process: ``stop`` shuts it down (if this process is killed,
 Ray's reaper ends most of it; docs/cluster.md says what is left).
