@@ -85,6 +85,17 @@ def per_server(cluster: ClusterProcess, sample: str, **labels: str) -> dict[str,
     return out
 
 
+def cluster_cli(
+    cluster: ClusterProcess, command: str, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``rollgym cluster <command>`` against the cluster's router, with its admin token."""
+    return subprocess.run(
+        [sys.executable, "-m", "rollgym.cli", "cluster", command, "--url", cluster.url],
+        env={**os.environ, "ROLLGYM_ADMIN_TOKEN": cluster.admin_token},
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+
+
 def until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -203,11 +214,7 @@ def test_cluster_down_leaves_no_process_and_no_container_behind(cluster, docker_
     assert cluster.pid is not None
     family = [psutil.Process(cluster.pid), *psutil.Process(cluster.pid).children(recursive=True)]
     assert len(family) > 3  # the router, Ray's own processes, the two servers
-    env = {**os.environ, "ROLLGYM_ADMIN_TOKEN": cluster.admin_token}
-    down = subprocess.run(
-        [sys.executable, "-m", "rollgym.cli", "cluster", "down", "--url", cluster.url],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    down = cluster_cli(cluster, "down", timeout_s=300)
     assert down.returncode == 0, down.stdout + down.stderr
     _, alive = psutil.wait_procs(family, timeout=120)
     assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

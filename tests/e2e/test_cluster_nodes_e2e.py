@@ -19,16 +19,22 @@ the sandbox host, and rejoins at the cluster's version.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import app_image
 import httpx
 import pytest
-from test_cluster_e2e import AGENT, AGENT_KEY, job, per_server, status, train_from, until
+from test_cluster_e2e import (
+    AGENT,
+    AGENT_KEY,
+    cluster_cli,
+    job,
+    per_server,
+    status,
+    train_from,
+    until,
+)
 
 import docker
 from bench.ray_nodes import RayHead, RayNode, bridge_gateway
@@ -115,11 +121,7 @@ def test_the_router_and_cluster_status_show_a_server_on_each_node(cluster, node)
     assert {s.name: s.weights_by for s in now.servers} == {
         s.name: "http" if s.name in remote.servers else "shared_file" for s in now.servers
     }
-    env = {**os.environ, "ROLLGYM_ADMIN_TOKEN": cluster.admin_token}
-    printed = subprocess.run(
-        [sys.executable, "-m", "rollgym.cli", "cluster", "status", "--url", cluster.url],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    printed = cluster_cli(cluster, "status", timeout_s=60)
     assert printed.returncode == 0, printed.stdout + printed.stderr
     assert node.ip in printed.stdout and "(router)" in printed.stdout
 
