@@ -110,11 +110,13 @@ def test_boxes_of_a_killed_owner_end_themselves(request, docker_client, backend:
     finally:
         owner.kill()
         owner.wait()
-    # no other pool sweeps meanwhile: the boxes notice that no host is connected
+    # the boxes notice that no host is connected (or another pool's sweep got them first)
     assert wait_until(lambda: containers(engine, pool_id) == [], timeout=60)
     if remote is not None:  # the executor's code volume: the next pool's sweep removes it
         volumes = {"label": f"{LABEL_POOL}={pool_id}"}
-        assert len(engine.volumes.list(filters=volumes)) == 1
+        # at most one: make test's other worker may start a pool on this engine meanwhile
+        # (the two-node cluster's servers box there), and its sweep removes it first
+        assert len(engine.volumes.list(filters=volumes)) <= 1
         with quiet_pool(size=1, remote=remote):
             pass
         assert engine.volumes.list(filters=volumes) == []
