@@ -24,7 +24,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 import psutil
 
 import docker
+from rollgym.run.server_process import free_port
 from rollgym.sandboxes.config import default_runtime_dir
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -54,18 +54,12 @@ def bridge_gateway(client: docker.DockerClient) -> str:
     return client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class RayHead:
     """``ray start --head`` here (see the module docstring)."""
 
     def __init__(self, address: str, cpus: int) -> None:
         self.ip = address
-        self.port = _free_port(address)
+        self.port = free_port(address)
         self.token = secrets.token_hex(24)
         # Ray's unix sockets live under its temp dir: a short path keeps them under 108 bytes.
         self.temp_dir = tempfile.mkdtemp(prefix="rg-ray-", dir="/tmp")
