@@ -99,7 +99,9 @@ class EngineConfig(_Config):
     lets them complete on the old weights (the update waits), ``abort`` stops them and
     runs them again from the start on the new weights (nothing is mixed: every
     generation comes from exactly one version). ``weight_transfer="nccl"`` enables vLLM's
-    native NCCL transfer for GPU hosts; ``reload`` (safetensors files) works everywhere.
+    native NCCL transfer for GPU hosts (the trainer broadcasts, ``trainer.broadcast``) and
+    ``"gloo"`` the same transfer over gloo, its CPU twin (``engine.vllm.gloo_transfer``);
+    ``reload`` (safetensors files) works everywhere.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
@@ -133,7 +135,7 @@ class EngineConfig(_Config):
     )
     seed: int = 0
     in_flight: InFlightPolicy = "finish"
-    weight_transfer: Literal["reload", "nccl"] = "reload"
+    weight_transfer: Literal["reload", "nccl", "gloo"] = "reload"
     staged_updates: bool = Field(
         True,
         description="load a file update into a second copy of the weights while the old "
@@ -168,11 +170,11 @@ class EngineConfig(_Config):
     @model_validator(mode="after")
     def _lora_alone(self) -> EngineConfig:
         if self.lora is not None and (
-            self.speculation.enabled or self.weight_transfer == "nccl" or self.quantization
+            self.speculation.enabled or self.weight_transfer != "reload" or self.quantization
         ):
             raise ValueError(
                 "engine.lora serves adapters on a fixed base: it does not combine with "
-                "speculation, NCCL weight transfer or quantization"
+                "speculation, a weight broadcast (nccl, gloo) or quantization"
             )
         return self
 

@@ -39,6 +39,8 @@ from rollgym.contract.wire import (
     ErrorCode,
     EvaluationRequest,
     EvaluationResult,
+    NcclInit,
+    NcclUpdate,
     PolicyInfo,
     PullRequest,
     PullResponse,
@@ -162,6 +164,19 @@ class ServerClient:
             timeout=self.config.weights_timeout_s,
             retry=False,  # not blindly: see trainer.weights
         )
+
+    def join_broadcast(self, init: NcclInit, *, timeout_s: float) -> PolicyInfo:
+        """Have the server join the trainer's weight broadcast group (``trainer.broadcast``);
+        answers once every rank has met, at most ``timeout_s``."""
+        return self._call(api.NCCL_INIT, init, timeout=timeout_s, retry=False)
+
+    def receive_broadcast(
+        self, update: NcclUpdate, *, canary: CanaryProbes | None, timeout_s: float
+    ) -> WeightUpdateResult:
+        """Announce a broadcast; the server receives it, applies it and bumps its version as
+        for an upload (``push_weights``: ``expected_version``, ``canary``)."""
+        headers = {CANARY_HEADER: canary.model_dump_json()} if canary is not None else {}
+        return self._call(api.NCCL_UPDATE, update, headers=headers, timeout=timeout_s, retry=False)
 
     def start_rollouts(self, job: RolloutJob) -> RolloutStatus:
         """Start (or replace) the server's rollout job."""

@@ -99,6 +99,22 @@ class GuardConfig(_Config):
     lr_factor: float = Field(0.5, gt=0, lt=1, description="the learning rate after a rollback, x")
 
 
+class BroadcastConfig(_Config):
+    """Pushes broadcast to the servers (``trainer.broadcast``: vLLM's weight transfer, the
+    trainer its rank 0) instead of uploaded; the servers run with the same
+    ``engine.weight_transfer``."""
+
+    backend: Literal["nccl", "gloo"] = Field(
+        "nccl", description="nccl: GPU hosts; gloo: its CPU twin (the same engines, on TCP)"
+    )
+    address: str = Field(
+        "127.0.0.1", description="where the servers reach the trainer's rendezvous"
+    )
+    port: int = Field(29500, gt=0, lt=65536, description="the rendezvous' port, on the trainer")
+    servers: int = Field(1, ge=1, description="how many servers receive (one rank each)")
+    timeout_s: float = Field(300.0, gt=0, description="the longest wait for every server")
+
+
 class TrainerConfig(RunShape, _Config):
     """One GRPO run against a rollout server; see the module docstring for the two modes.
 
@@ -164,6 +180,11 @@ class TrainerConfig(RunShape, _Config):
         "None: no check",
     )
     push_every: int = Field(1, ge=1, description="push weights every k optimizer steps")
+    broadcast: BroadcastConfig | None = Field(
+        None,
+        description="broadcast each push to the servers (trainer.broadcast); None: upload "
+        "it over HTTP",
+    )
     background_push: bool = Field(
         False,
         description="send each push while the next step trains (trainer.background_push); "
@@ -232,6 +253,11 @@ class TrainerConfig(RunShape, _Config):
             raise ValueError(
                 f"checkpoint_every ({self.checkpoint_every}) must be a multiple of push_every "
                 f"({self.push_every}): a checkpoint stores weights the server has a version for"
+            )
+        if self.broadcast is not None and self.lora is not None and self.lora.serve == "adapter":
+            raise ValueError(
+                "broadcast sends whole weights: a server that serves adapters takes uploads "
+                "only (set trainer.lora.serve='merged' or drop trainer.broadcast)"
             )
         if self.epsilon_high < self.epsilon:
             raise ValueError("epsilon_high must be >= epsilon (the clip range's high side)")

@@ -23,6 +23,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transformers import PrinterCallback
 
@@ -30,7 +31,7 @@ from rollgym.trainer.background_push import BackgroundPush
 from rollgym.trainer.callbacks import CheckpointLedgerCallback, StepCallback
 from rollgym.trainer.checkpoint import DropCounts, latest_checkpoint, read_state
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.config import BroadcastConfig, TrainerConfig
 from rollgym.trainer.dashboard import DashboardCallback
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import SuccessRate
@@ -44,6 +45,9 @@ from rollgym.trainer.rewards import trajectory_return
 from rollgym.trainer.series import step_series
 from rollgym.trainer.trackers import local_tracking
 from rollgym.trainer.weights import WeightPusher
+
+if TYPE_CHECKING:
+    from rollgym.trainer.broadcast import WeightBroadcaster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +120,7 @@ def train(
         version=server_version,
         canary=config.canary,
         adapters=config.lora is not None and config.lora.serve == "adapter",
+        broadcast=_open_broadcast(client, config.broadcast),
     )
     background = BackgroundPush(pusher) if config.background_push else None
     progress = RunProgress()
@@ -198,6 +203,8 @@ def train(
     finally:
         if background is not None:
             background.close()
+        if pusher.broadcast is not None:
+            pusher.broadcast.close()
 
     shares = progress.stage_shares()
     return TrainResult(
@@ -214,3 +221,15 @@ def train(
         turn_latency=progress.turn_latency(),
         held_out=dict(final.rates) if final is not None else {},
     )
+
+
+def _open_broadcast(
+    client: ServerClient, config: BroadcastConfig | None
+) -> WeightBroadcaster | None:
+    """The broadcast group with the servers (``trainer.broadcast``), or None: uploads.
+    Imported here: it loads vLLM's weight transfer, which uploads never need."""
+    if config is None:
+        return None
+    from rollgym.trainer.broadcast import WeightBroadcaster
+
+    return WeightBroadcaster.open(client, config)

@@ -1,6 +1,8 @@
 """Weight push: the trainer's parameters, as a safetensors file, to ``POST /admin/weights``.
 
-(A LoRA run may push its adapter alone instead: ``trainer.lora.serve``, ``trainer.lora``.)
+(A LoRA run may push its adapter alone instead: ``trainer.lora.serve``, ``trainer.lora``.
+With ``trainer.broadcast`` the same tensors are broadcast to the servers instead of
+uploaded, ``trainer.broadcast``.)
 
 The upload carries ``X-Expected-Version: V``; the server applies the weights between engine
 steps, bumps its version to ``V + 1`` and answers with it. The pusher checks that answer,
@@ -25,6 +27,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from peft import PeftModel
@@ -35,6 +38,9 @@ from rollgym.trainer.canary import CanaryConfig, canary_probes
 from rollgym.trainer.client import PART_BYTES, ServerClient
 from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
 from rollgym.trainer.lora import adapter_tensors, served_tensors, zero_adapter
+
+if TYPE_CHECKING:
+    from rollgym.trainer.broadcast import WeightBroadcaster
 
 _CODES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -81,6 +87,11 @@ class SafetensorsBody:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """The file's tensors, by name, in order (what a broadcast sends instead)."""
+        return self._tensors
+
     def __iter__(self) -> Iterator[bytes | memoryview]:
         yield self._header
         for _, tensor in self._tensors:
@@ -121,14 +132,18 @@ class WeightPusher:
         version: int,
         canary: CanaryConfig | None = None,
         adapters: bool = False,
+        broadcast: WeightBroadcaster | None = None,
     ) -> None:
         """``version``: the server's version before the first push (from ``/health``);
         ``canary``: send probes with every push (``trainer.canary``); ``adapters``: send
-        a LoRA model's adapter alone (``trainer.lora.serve='adapter'``), not merged weights."""
+        a LoRA model's adapter alone (``trainer.lora.serve='adapter'``), not merged weights;
+        ``broadcast``: send pushes over it rather than uploading them
+        (``trainer.broadcast``)."""
         self.client = client
         self.version = version
         self.canary = canary
         self.adapters = adapters
+        self.broadcast = broadcast
         self.history: list[WeightSync] = []
 
     def push(self, model: torch.nn.Module) -> WeightSync:
@@ -161,10 +176,10 @@ class WeightPusher:
         """Upload a prepared push; return once the server serves it as ``version + 1``."""
         t1 = time.perf_counter()
         try:
-            result: WeightUpdateResult | None = self.client.push_weights(
-                push.body, expected_version=self.version, canary=push.probes
-            )
+            result = self._deliver(push)
         except (ServerUnavailable, ServerReplyError) as exc:
+            if self.broadcast is not None:  # a server that restarted has left the group
+                raise
             if isinstance(exc, ServerReplyError) and exc.status != 503:
                 raise
             result = self._reconcile(push.body, push.probes)
@@ -185,6 +200,15 @@ class WeightPusher:
         )
         self.history.append(sync)
         return sync
+
+    def _deliver(self, push: PreparedPush) -> WeightUpdateResult | None:
+        if self.broadcast is not None:
+            return self.broadcast.send(
+                push.body.tensors, expected_version=self.version, canary=push.probes
+            )
+        return self.client.push_weights(
+            push.body, expected_version=self.version, canary=push.probes
+        )
 
     @classmethod
     def push_policy(

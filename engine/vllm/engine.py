@@ -739,7 +739,7 @@ class VLLMEngine:
         if isinstance(weights, StagedWeights):
             await llm.collective_rpc("rollgym_reload_safetensors", args=_file_args(weights))
             return
-        self._require_nccl()
+        self._require_broadcast()
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
         await llm.start_weight_update()
@@ -750,21 +750,25 @@ class VLLMEngine:
         }
         await llm.update_weights(WeightTransferUpdateRequest(update_info=info))
         await llm.finish_weight_update()
+        await llm.collective_rpc("rollgym_retie_after_broadcast")
 
     async def init_nccl(self, init_info: dict[str, Any]) -> None:
-        """Join the trainer's NCCL group (vLLM's native weight transfer; GPU hosts only)."""
-        self._require_nccl()
+        """Join the trainer's broadcast group (vLLM's native weight transfer: NCCL on GPU
+        hosts, gloo, its twin, on CPU)."""
+        self._require_broadcast()
+        if self.config.weight_transfer == "gloo" and init_info.get("packed"):
+            raise BadInput("the gloo weight broadcast sends tensors one by one: packed=false")
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
         await self._engine().init_weight_transfer_engine(
             WeightTransferInitRequest(init_info=init_info)
         )
 
-    def _require_nccl(self) -> None:
-        if self.config.weight_transfer != "nccl":
+    def _require_broadcast(self) -> None:
+        if self.config.weight_transfer == "reload":
             raise NotEnabled(
-                "NCCL weight transfer is off: start the server with "
-                "ROLLGYM_ENGINE__WEIGHT_TRANSFER=nccl on a GPU host"
+                "the weight broadcast is off: start the server with "
+                "ROLLGYM_ENGINE__WEIGHT_TRANSFER=nccl on a GPU host (gloo on CPU)"
             )
 
 
@@ -811,11 +815,12 @@ def _speculative(config: EngineConfig) -> dict[str, Any] | None:
 
 
 def _weight_transfer(config: EngineConfig) -> Any:
-    if config.weight_transfer != "nccl":
+    """vLLM's backend for a broadcast (``gloo``: ``worker_ext`` registers it), else None."""
+    if config.weight_transfer == "reload":
         return None
     from vllm.config import WeightTransferConfig
 
-    return WeightTransferConfig(backend="nccl")
+    return WeightTransferConfig(backend=config.weight_transfer)
 
 
 def _sampling_params(

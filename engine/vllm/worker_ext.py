@@ -14,7 +14,8 @@ worker reads the tensors itself):
   be paused throughout. Restores at start-up and recoveries use it.
 
 This module runs inside the engine process: it imports nothing from the rest of rollgym but
-``staging``.
+``staging`` and ``gloo_transfer``, which it registers with vLLM here, where vLLM's workers
+start (``engine.weight_transfer='gloo'``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
+from rollgym.engine.vllm import gloo_transfer
 from rollgym.engine.vllm.staging import Staged, stage
+
+gloo_transfer.register()
 
 
 class RollgymWorkerExtension:
@@ -88,6 +92,11 @@ class RollgymWorkerExtension:
         )
         self._rollgym_retie_lm_head()
         return count
+
+    def rollgym_retie_after_broadcast(self) -> None:
+        """After a broadcast update (vLLM's ``finish_weight_update``), the same re-tie as
+        after a file reload: the layerwise reload is the same (``engine.weight_transfer``)."""
+        self._rollgym_retie_lm_head()
 
     def rollgym_tensors(
         self, files: list[str], renames: dict[str, str], skip: list[str]

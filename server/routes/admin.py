@@ -31,7 +31,7 @@ from rollgym.server.errors import BadRequest
 from rollgym.server.http.declared import declared
 from rollgym.server.observability.canary import check_served_weights
 from rollgym.server.rollout.evaluation import evaluate
-from rollgym.server.routes.deps import ServicesDep, require_admin
+from rollgym.server.routes.deps import Services, ServicesDep, require_admin
 
 router = APIRouter(dependencies=[Depends(require_admin)])
 
@@ -48,11 +48,7 @@ async def upload_weights(
     expected = _version_header(x_expected_version)
     probes = _canary_header(x_rollgym_canary)
     result = await services.weights.from_stream(request.stream(), expected)
-    if probes is None:
-        return result
-    gauge = services.metrics.served_weights_mismatch
-    canary = await check_served_weights(services.engine, probes, gauge)
-    return result.model_copy(update={"canary": canary})
+    return await _with_canary(services, result, probes)
 
 
 @declared(router, api.WEIGHTS_FROM_PATH)
@@ -62,7 +58,8 @@ async def weights_from_path(body: WeightsFromPath, services: ServicesDep) -> Wei
 
 @declared(router, api.NCCL_INIT)
 async def nccl_init(body: NcclInit, services: ServicesDep) -> PolicyInfo:
-    """GPU hosts: join the trainer's NCCL group (vLLM's native weight transfer)."""
+    """Join the trainer's broadcast group (vLLM's native weight transfer: NCCL on GPU
+    hosts, gloo on CPU)."""
     await services.engine.init_nccl(body.model_dump())
     return PolicyInfo(
         policy_version=services.engine.policy_version,
@@ -73,14 +70,21 @@ async def nccl_init(body: NcclInit, services: ServicesDep) -> PolicyInfo:
 
 
 @declared(router, api.NCCL_UPDATE)
-async def nccl_update(body: NcclUpdate, services: ServicesDep) -> WeightUpdateResult:
-    """GPU hosts: receive the broadcast the trainer starts right after this call."""
+async def nccl_update(
+    body: NcclUpdate,
+    services: ServicesDep,
+    x_rollgym_canary: Annotated[str | None, Header()] = None,
+) -> WeightUpdateResult:
+    """Receive the broadcast the trainer starts right after this call (NCCL on GPU hosts,
+    gloo on CPU); ``X-Rollgym-Canary`` probes are scored once the weights serve."""
+    probes = _canary_header(x_rollgym_canary)
     weights = NcclWeights(
         names=tuple(body.names),
         dtype_names=tuple(body.dtype_names),
         shapes=tuple(tuple(s) for s in body.shapes),
     )
-    return await services.weights.from_nccl(weights, body.expected_version)
+    result = await services.weights.from_nccl(weights, body.expected_version)
+    return await _with_canary(services, result, probes)
 
 
 @declared(router, api.ROLLOUTS_START)
@@ -127,6 +131,17 @@ async def pull(body: PullRequest, request: Request, services: ServicesDep) -> Re
 @declared(router, api.ACK)
 async def ack(body: AckRequest, services: ServicesDep) -> AckResponse:
     return AckResponse(acked=await services.buffer.ack(body.group_ids))
+
+
+async def _with_canary(
+    services: Services, result: WeightUpdateResult, probes: CanaryProbes | None
+) -> WeightUpdateResult:
+    """The update's answer, with the canary's verdict on the weights now served."""
+    if probes is None:
+        return result
+    gauge = services.metrics.served_weights_mismatch
+    canary = await check_served_weights(services.engine, probes, gauge)
+    return result.model_copy(update={"canary": canary})
 
 
 def _canary_header(value: str | None) -> CanaryProbes | None:

@@ -25,10 +25,10 @@ from rollgym.contract.wire import (
     SessionCreated,
     Trajectory,
 )
-from rollgym.run.server_process import ServerProcess
+from rollgym.run.server_process import ServerProcess, free_port
 from rollgym.trainer.checkpoint import latest_checkpoint
 from rollgym.trainer.client import ServerClient
-from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.config import BroadcastConfig, TrainerConfig
 from rollgym.trainer.errors import ServerUnavailable
 from rollgym.trainer.loop import train
 from rollgym.trainer.lora import LoraSettings, load_policy
@@ -260,6 +260,40 @@ def test_a_lora_run_serves_the_trainers_policy_merged_or_as_adapters(
     checkpoint = latest_checkpoint(config.output_dir)
     assert checkpoint is not None and (checkpoint / "adapter_config.json").is_file()
     _assert_served_weights_are(checkpoint, episode)
+
+
+@pytest.fixture(scope="module")
+def broadcast_server(tmp_path_factory, default_model_dir) -> Iterator[ServerProcess]:
+    """A server that receives weights by broadcast, gloo on CPU (``engine.weight_transfer``)."""
+    root = tmp_path_factory.mktemp("trainer-e2e-gloo")
+    with _serve(root, default_model_dir, ROLLGYM_ENGINE__WEIGHT_TRANSFER="gloo") as process:
+        yield process
+
+
+def test_a_run_that_broadcasts_its_pushes_serves_the_trainers_policy(
+    broadcast_server, default_model_dir, tmp_path
+) -> None:
+    """``trainer.broadcast`` (gloo, the CPU twin of NCCL), each push sent while the next
+    step trains: every canary passes and a fresh episode is the checkpoint's own."""
+    broadcast = BroadcastConfig(backend="gloo", port=free_port(), timeout_s=120)
+    config = _config(tmp_path / "run", steps=3).model_copy(
+        update={"broadcast": broadcast, "background_push": True}
+    )
+    with ServerClient(broadcast_server.client_config()) as client:
+        start = client.policy_version()
+        result = _train_on_rollouts(config, client, default_model_dir)
+        try:
+            episode = _fresh_episode(client, result.policy_version)
+        finally:
+            client.stop_rollouts()
+    assert result.steps == 3 and result.policy_version == start + 4
+    mismatches = [r.alarms["served_weights_mismatch"] for r in result.records]
+    assert all(0 <= m < 2e-3 for m in mismatches), mismatches
+    checkpoint = latest_checkpoint(config.output_dir)
+    assert checkpoint is not None
+    _assert_served_weights_are(checkpoint, episode)
+    # broadcast, not uploaded: an upload would have left its weights in the server's store
+    assert not (broadcast_server.data_dir / "policy" / "state.json").exists()
 
 
 def test_a_whole_model_goes_to_an_adapter_server_as_an_adapter_that_adds_nothing(

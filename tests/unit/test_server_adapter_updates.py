@@ -215,3 +215,8 @@ def test_the_server_setting_takes_vllms_rank_sizes_only(default_model_dir) -> No
             lora=LoraServingConfig(),
             speculation={"enabled": True},
         )
+    for broadcast in ("nccl", "gloo"):  # a broadcast sends whole weights
+        with pytest.raises(ValueError, match="does not combine"):
+            EngineConfig(
+                model_dir=default_model_dir, lora=LoraServingConfig(), weight_transfer=broadcast
+            )

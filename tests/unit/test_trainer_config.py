@@ -26,6 +26,8 @@ def test_one_config_gives_both_modes(tmp_path) -> None:
         ({"group_size": 1}, "group_size"),
         ({"keep_checkpoints": 1}, "keep_checkpoints"),
         ({"learning_rate": 1e-3, "lr": 1e-3}, "lr"),
+        ({"broadcast": {"backend": "gloo"}, "lora": {"serve": "adapter"}}, "uploads only"),
+        ({"broadcast": {"backend": "mpi"}}, "broadcast.backend"),
     ],
 )
 def test_bad_values_are_rejected_with_the_field_named(tmp_path, values, needle) -> None:
