@@ -8,7 +8,9 @@ with vLLM's ``WeightTransferEngineFactory``) where ``'nccl'`` builds
 routes, the pause and the version bump that serve an NCCL update on a GPU host are the ones
 the gloo twin tests on CPU (``rollgym.contract.gloo_wire`` says what the wire is).
 
-Runs inside the engine process, imported by ``worker_ext``.
+Runs inside the engine process. vLLM registers it there itself: ``register`` is a vLLM
+plugin (pyproject's ``vllm.general_plugins`` entry point), which vLLM loads in every
+process it starts, before a worker builds its weight transfer engine.
 """
 
 from __future__ import annotations
@@ -60,6 +62,6 @@ class GlooWeightTransferEngine(NCCLWeightTransferEngine):
 
 
 def register() -> None:
-    """Make ``gloo`` a backend vLLM's workers can build (once per process)."""
+    """Make ``gloo`` a backend vLLM's workers can build (vLLM calls it: see above)."""
     with contextlib.suppress(ValueError):  # registered already: imported before
         WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)

@@ -14,8 +14,7 @@ worker reads the tensors itself):
   be paused throughout. Restores at start-up and recoveries use it.
 
 This module runs inside the engine process: it imports nothing from the rest of rollgym but
-``staging`` and ``gloo_transfer``, which it registers with vLLM here, where vLLM's workers
-start (``engine.weight_transfer='gloo'``).
+``staging``.
 """
 
 from __future__ import annotations
@@ -25,10 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from rollgym.engine.vllm import gloo_transfer
 from rollgym.engine.vllm.staging import Staged, stage
-
-gloo_transfer.register()
 
 
 class RollgymWorkerExtension:
