@@ -33,6 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 from rollgym.trainer import trackers
 from rollgym.trainer.alarms import behaviour_stats, zero_variance_share
 from rollgym.trainer.config import TrainerConfig
+from rollgym.trainer.lm_head_chunk import use_cpu_chunk
 from rollgym.trainer.shared_prompt import can_share_prompts, shared_prompt_forward
 from rollgym.trainer.trust_region import StepTrustRegion
 
@@ -130,6 +131,7 @@ class ServerGRPOTrainer(GRPOTrainer):
         """``series``: rollgym's own metrics of the step just closed (``trainer.series``),
         merged into TRL's log of that step, so ``report_to``'s trackers get both."""
         super().__init__(*args, **kwargs)
+        use_cpu_chunk(self.accelerator.device)  # TRL's LM head chunk is a GPU's
         self.series = series
         if self.rollout_func is None:
             raise ValueError("ServerGRPOTrainer needs rollout_func (the server's group feed)")
