@@ -247,9 +247,16 @@ def test_a_lora_run_serves_the_trainers_policy_merged_or_as_adapters(
     config = _config(tmp_path / "run", steps=3).model_copy(
         update={"lora": LoraSettings(rank=8, serve=serve), "learning_rate": 2e-2}
     )
+    checkpoint = _three_steps_on_served_weights(server, config, default_model_dir)
+    assert (checkpoint / "adapter_config.json").is_file()
+
+
+def _three_steps_on_served_weights(server: ServerProcess, config: TrainerConfig, model_dir: Path):
+    """A 3-step run against ``server``: every push's canary passes and a fresh episode's
+    behaviour logprobs are the last checkpoint's own; that checkpoint."""
     with ServerClient(server.client_config()) as client:
         start = client.policy_version()
-        result = _train_on_rollouts(config, client, default_model_dir)
+        result = _train_on_rollouts(config, client, model_dir)
         try:
             episode = _fresh_episode(client, result.policy_version)
         finally:
@@ -258,8 +265,9 @@ def test_a_lora_run_serves_the_trainers_policy_merged_or_as_adapters(
     mismatches = [r.alarms["served_weights_mismatch"] for r in result.records]
     assert all(0 <= m < 2e-3 for m in mismatches), mismatches
     checkpoint = latest_checkpoint(config.output_dir)
-    assert checkpoint is not None and (checkpoint / "adapter_config.json").is_file()
+    assert checkpoint is not None
     _assert_served_weights_are(checkpoint, episode)
+    return checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -279,19 +287,7 @@ def test_a_run_that_broadcasts_its_pushes_serves_the_trainers_policy(
     config = _config(tmp_path / "run", steps=3).model_copy(
         update={"broadcast": broadcast, "background_push": True}
     )
-    with ServerClient(broadcast_server.client_config()) as client:
-        start = client.policy_version()
-        result = _train_on_rollouts(config, client, default_model_dir)
-        try:
-            episode = _fresh_episode(client, result.policy_version)
-        finally:
-            client.stop_rollouts()
-    assert result.steps == 3 and result.policy_version == start + 4
-    mismatches = [r.alarms["served_weights_mismatch"] for r in result.records]
-    assert all(0 <= m < 2e-3 for m in mismatches), mismatches
-    checkpoint = latest_checkpoint(config.output_dir)
-    assert checkpoint is not None
-    _assert_served_weights_are(checkpoint, episode)
+    _three_steps_on_served_weights(broadcast_server, config, default_model_dir)
     # broadcast, not uploaded: an upload would have left its weights in the server's store
     assert not (broadcast_server.data_dir / "policy" / "state.json").exists()
 
