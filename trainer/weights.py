@@ -1,8 +1,7 @@
 """Weight push: the trainer's parameters, as a safetensors file, to ``POST /admin/weights``.
 
 (A LoRA run may push its adapter alone instead: ``trainer.lora.serve``, ``trainer.lora``.
-With ``trainer.broadcast`` the same tensors are broadcast to the servers instead of
-uploaded, ``trainer.broadcast``.)
+With ``trainer.broadcast`` the same tensors are broadcast to the servers instead.)
 
 The upload carries ``X-Expected-Version: V``; the server applies the weights between engine
 steps, bumps its version to ``V + 1`` and answers with it. The pusher checks that answer,

@@ -815,7 +815,7 @@ def _speculative(config: EngineConfig) -> dict[str, Any] | None:
 
 
 def _weight_transfer(config: EngineConfig) -> Any:
-    """vLLM's backend for a broadcast (``gloo``: ``worker_ext`` registers it), else None."""
+    """vLLM's backend for a broadcast (``gloo``: a vLLM plugin, ``gloo_transfer``), else None."""
     if config.weight_transfer == "reload":
         return None
     from vllm.config import WeightTransferConfig
