@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, Self
 
 import torch
@@ -195,21 +195,17 @@ def first_failure(*calls: Callable[[], Any]) -> list[Any]:
     """Run ``calls`` at once, each in a daemon thread; their results, or the first error
     as soon as one fails (the others are left to end on their own timeouts)."""
     futures: list[Future[Any]] = [Future() for _ in calls]
-    failed = threading.Event()
 
     def run(call: Callable[[], Any], future: Future[Any]) -> None:
         try:
             future.set_result(call())
         except BaseException as exc:
             future.set_exception(exc)
-            failed.set()
 
     for call, future in zip(calls, futures, strict=True):
         threading.Thread(target=run, args=(call, future), daemon=True).start()
-    while not failed.wait(0.05):
-        if all(f.done() for f in futures):
-            break
-    for future in futures:
-        if future.done() and future.exception() is not None:
+    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+    for future in done:
+        if future.exception() is not None:
             raise future.exception()  # type: ignore[misc]
     return [f.result() for f in futures]

@@ -5,6 +5,7 @@ This module holds no tests; the test modules import it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,14 @@ import torch
 from rollgym.engine.metrics import NullMetrics
 from rollgym.engine.weights.store import PolicyStore
 from rollgym.engine.weights.updater import WeightUpdater
+
+
+def assert_close(got: list[float], want: list[float], tol: float = 2e-3) -> None:
+    """Logprobs that agree within ``tol`` each (float32 on both sides agree to 2e-3)."""
+    assert all(math.isclose(g, w, abs_tol=tol) for g, w in zip(got, want, strict=True)), (
+        got,
+        want,
+    )
 
 
 def hf_logprobs(model, prompt: list[int], sampled: list[int]) -> list[float]:

@@ -8,14 +8,13 @@ trainer pushes them (``SafetensorsBody`` of ``adapter_tensors``) through the upd
 from __future__ import annotations
 
 import asyncio
-import math
 import shutil
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import torch
-from engine_helpers import chunks, hf_logprobs, weight_updater
+from engine_helpers import assert_close, chunks, hf_logprobs, weight_updater
 from peft import get_peft_model
 
 from rollgym.contract.wire import SamplingSettings
@@ -64,13 +63,6 @@ def upload(model) -> bytes:
 
 async def served_logprobs(engine: VLLMEngine) -> list[float]:
     return await engine.score(TOKENS)
-
-
-def assert_close(got: list[float], want: list[float], tol: float = 2e-3) -> None:
-    assert all(math.isclose(g, w, abs_tol=tol) for g, w in zip(got, want, strict=True)), (
-        got,
-        want,
-    )
 
 
 async def test_the_served_policy_is_the_base_model_plus_the_pushed_adapter(

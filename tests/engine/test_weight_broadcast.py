@@ -10,12 +10,11 @@ and the canary. (The router's fan-out: tests/unit/test_cluster_control.py.)
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 
 import pytest
 import torch
-from engine_helpers import hf_logprobs
+from engine_helpers import assert_close, hf_logprobs
 
 from rollgym.engine.config import EngineConfig
 from rollgym.run.loopback import on_loopback
@@ -43,13 +42,6 @@ def changed(default_model_dir, seed: int):
         for p in model.parameters():
             p.add_(0.05 * p.std() * torch.randn(p.shape, generator=generator))
     return model
-
-
-def assert_close(got: list[float], want: list[float], tol: float = 2e-3) -> None:
-    assert all(math.isclose(g, w, abs_tol=tol) for g, w in zip(got, want, strict=True)), (
-        got,
-        want,
-    )
 
 
 @pytest.fixture
