@@ -11,7 +11,7 @@ and prints per run the warm start's and the RL policy's success on the same held
 seeds with 95% Wilson intervals, their difference with a 95% Newcombe interval, and the
 wall time; then the median and range of the differences against the built-in run's
 targets (issue 32): every run at least +25 points with an interval above 0, the median
-at least +35, each run at most 15 minutes.
+at least +35, each run at most 15 minutes (45 for ``--preset agent-smollm2``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def difference_interval(a: SuccessRate, b: SuccessRate) -> tuple[float, float]:
 
 
 TARGET_EVERY, TARGET_MEDIAN, TARGET_MINUTES = 25.0, 35.0, 15.0
+PRESET_MINUTES = {"agent-smollm2": 45.0}  # issue 32's budget for the real model's preset
 
 
 def main() -> None:
@@ -72,7 +73,7 @@ def main() -> None:
         assert report.warm_start is not None and report.final is not None
         rows.append((seed, report, load_before, os.getloadavg()[0]))
         _print_table(config, rows)
-    _print_verdict([r[1] for r in rows])
+    _print_verdict([r[1] for r in rows], PRESET_MINUTES.get(args.preset, TARGET_MINUTES))
 
 
 def _print_table(config: RunConfig, rows: list[tuple[int, RunReport, float, float]]) -> None:
@@ -104,7 +105,7 @@ def _rate(rate: SuccessRate | None) -> str:
     return f"{100 * rate.rate:.1f}% ({100 * rate.low:.1f}-{100 * rate.high:.1f})"
 
 
-def _print_verdict(reports: list[RunReport]) -> None:
+def _print_verdict(reports: list[RunReport], max_minutes: float) -> None:
     diffs = [100 * (r.final.rate - r.warm_start.rate) for r in reports if r.final and r.warm_start]
     minutes = [r.wall_s / 60 for r in reports]
     median = statistics.median(diffs)
@@ -119,7 +120,7 @@ def _print_verdict(reports: list[RunReport]) -> None:
         (f"every run >= +{TARGET_EVERY:.0f} points", min(diffs) >= TARGET_EVERY),
         ("every run's interval above 0", min(lows) > 0),
         (f"median >= +{TARGET_MEDIAN:.0f} points", median >= TARGET_MEDIAN),
-        (f"every run <= {TARGET_MINUTES:.0f} min", max(minutes) <= TARGET_MINUTES),
+        (f"every run <= {max_minutes:.0f} min", max(minutes) <= max_minutes),
     )
     for what, met in checks:
         print(f"  {'met' if met else 'NOT MET':<8}{what}")

@@ -168,3 +168,16 @@ def test_a_run_dir_of_another_task_is_refused_and_the_same_task_resumes(tmp_path
     claim_run_dir(fresh, tool_task.model_copy(update={"sandboxes": 4}))  # boxes may change
     with pytest.raises(TrainerConfigError, match="--restart"):
         claim_run_dir(fresh, tool_task.model_copy(update={"env_kwargs": {"digits": 5}}))
+
+
+def test_the_agent_smollm2_preset_warm_starts_the_real_model_on_the_two_step_tool_task() -> None:
+    config = config_of("--preset", "agent-smollm2")
+    assert config.model_dir == paths.models_dir() / "smollm2-135m-instruct"
+    assert config.task.env_id == "rollgym/Compute-v0" and config.task.sandboxes > 0
+    assert config.task.env_kwargs == {"kinds": ["scale"], "digits": 4}  # two calls an answer
+    warm = config.resolved_warmstart()
+    assert warm is not None and warm.demos.kind == "compute"
+    assert warm.demos.env_kwargs == config.task.env_kwargs  # demonstrations of the same task
+    assert warm.demos.copies == warm.demos.drills == 0  # a pretrained model copies already
+    assert config.task.temperature == config.trainer.temperature == 0.7
+    assert config.run_dir.name == "agent-smollm2"
