@@ -89,6 +89,7 @@ class StepCallback(TrainerCallback):
             step=step,
             policy_version=version,
             dropped_total=self.feed.ledger.dropped.total,
+            filtered_groups=self.feed.filtered_groups(),
         )
 
     def on_train_end(

@@ -50,7 +50,8 @@ class DashboardCallback(TrainerCallback):
             return  # no step closed since the last report (the run's closing summary)
         self._reported = step
         spans = self.progress.timeline.spans["training"][self._spans_sent :]
-        step_numbers = self.progress.steps[-1].model_dump(exclude={"per_env"})  # not drawn yet
+        # per_env is not drawn yet; filtered_groups are the server's own count to begin with
+        step_numbers = self.progress.steps[-1].model_dump(exclude={"per_env", "filtered_groups"})
         report = TrainerReport(**step_numbers, busy_spans=spans)
         try:
             self.cost = self.client.report_step(report).cost

@@ -88,9 +88,18 @@ class GroupFeed:
             elif time.monotonic() - last_progress > self.config.stall_timeout_s:
                 raise StarvedError(
                     f"no trainable group for {self.config.stall_timeout_s:.0f}s "
-                    f"(have {len(chosen)}/{count}); is a rollout job running on the server?"
+                    f"(have {len(chosen)}/{count}; the server filtered "
+                    f"{self.filtered_groups()} groups whose rewards were all equal or under 2 "
+                    "valid); is a rollout job running on the server?"
                 )
         return chosen
+
+    def filtered_groups(self) -> int:
+        """Groups the server's rollout job dropped before any pull: all rewards equal (no
+        GRPO signal) or fewer than two valid samples. A policy that solves (or fails) every
+        episode of its groups leaves the trainer waiting while this count climbs."""
+        status = self.client.rollouts()
+        return status.dropped_zero_variance + status.dropped_too_few_valid
 
     def _release_dropped(self, selection: Selection) -> None:
         """Count what will never be trained, and ack it so the server stops re-delivering it."""

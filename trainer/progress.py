@@ -56,6 +56,9 @@ class StepRecord(BaseModel):
     version_lag_max: int
     invalid: int
     dropped_total: int
+    # groups the server dropped before any pull (rewards all equal, or under 2 valid),
+    # so far in its rollout job: a policy that wins or loses every episode of a group waits here
+    filtered_groups: int = 0
     wait_s: float
     train_s: float
     sync_s: float  # the step blocked on pushes (a background push: its snapshot and wait)
@@ -155,7 +158,9 @@ class RunProgress:
         self.steps[-1] = self.steps[-1].model_copy(update={"alarms": finite})
         return self.steps[-1]
 
-    def end_step(self, *, step: int, policy_version: int, dropped_total: int) -> StepRecord:
+    def end_step(
+        self, *, step: int, policy_version: int, dropped_total: int, filtered_groups: int = 0
+    ) -> StepRecord:
         batch, self._batch = self._batch, _Batch()
         n = len(batch.rewards)
         record = StepRecord(
@@ -169,6 +174,7 @@ class RunProgress:
             version_lag_max=max(batch.lags, default=0),
             invalid=batch.invalid,
             dropped_total=dropped_total,
+            filtered_groups=filtered_groups,
             wait_s=batch.wait_s,
             train_s=batch.train_s,
             sync_s=batch.sync_s,
@@ -235,7 +241,7 @@ def _headline(last: StepRecord | None, total_steps: int, elapsed: float) -> str:
         f"step {last.step}/{total_steps}  version {last.policy_version}  elapsed {clock}  "
         f"reward {last.reward_mean:.2f}  success {100 * last.success_rate:.0f}%  "
         f"lag {last.version_lag_mean:.1f} (max {last.version_lag_max})  "
-        f"dropped {last.dropped_total}  invalid {last.invalid}"
+        f"dropped {last.dropped_total}  filtered {last.filtered_groups}  invalid {last.invalid}"
     )
 
 

@@ -119,7 +119,9 @@ def test_a_run_that_starves_exits_1_with_what_to_do(tmp_path, default_model_dir,
     assert code == 1
     assert any("--groups-per-batch 1 trains on what is there" in line for line in lines)
     (last,) = capsys.readouterr().err.splitlines()[-1:]
-    assert last.startswith("rollgym train: no trainable group for 0s (have 1/2)")
+    assert last.startswith(
+        "rollgym train: no trainable group for 0s (have 1/2; the server filtered 0"
+    )
     assert last.endswith(f"steps done are checkpointed in {config.output_dir}")
 
 

@@ -79,7 +79,8 @@ def test_an_oversized_group_is_malformed_not_trained(tmp_path) -> None:
 def test_a_feed_with_nothing_to_pull_gives_up_after_the_stall_timeout(tmp_path) -> None:
     fake = FakeServer(producer=None)
     feed = _feed(fake, tmp_path, version=0, stall_timeout_s=0.05, pull_timeout_s=0.01)
-    with pytest.raises(StarvedError, match="rollout job"):
+    fake.dropped_zero_variance = 3
+    with pytest.raises(StarvedError, match=r"filtered 3 groups .* rollout job"):
         feed.next_groups(1)
     assert fake.pull_requests  # it long-polled (as often as fit) before giving up
     assert all(r.num_groups == 1 and r.trainer_version == 0 for r in fake.pull_requests)

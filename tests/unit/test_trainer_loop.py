@@ -95,6 +95,16 @@ def test_stale_groups_in_the_buffer_are_dropped_and_counted(tmp_path, default_mo
     assert result.records[-1].version_lag_max <= 1
 
 
+def test_each_step_shows_the_groups_the_server_filtered(tmp_path, default_model_dir) -> None:
+    fake = FakeServer()
+    fake.dropped_zero_variance = 5  # all-equal groups that never reached a pull
+    lines: list[str] = []
+    result = train(_config(tmp_path, total_steps=1), fake.client(), default_model_dir,
+                   printer=lines.append)  # fmt: skip
+    assert result.records[-1].filtered_groups == 5
+    assert any("dropped 0  filtered 5  invalid 0" in line for line in lines)
+
+
 def _same_batch_producer():
     """Every pull gets the same two groups' tokens and rewards (fresh ids, current version)."""
     firsts = [[GOOD_TOKEN, 40], [GOOD_TOKEN, 41], [50, 40], [51, 41]]

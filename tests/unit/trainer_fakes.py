@@ -154,6 +154,7 @@ class FakeServer:
         self.metadata: list[dict[str, str]] = []  # each push's safetensors __metadata__
         self.job: RolloutJob | None = None
         self.dropped_stale = 0
+        self.dropped_zero_variance = 0  # groups "filtered" before any pull (status only)
         self.pull_requests: list[PullRequest] = []
         # acks still answered before they start failing with 500 (None: never fail), to
         # play a crash between a checkpoint and its ack
@@ -343,7 +344,7 @@ class FakeServer:
             in_flight=0,
             buffered_groups=len(self.ready),
             completed_groups=len(self.handed_out),
-            dropped_zero_variance=0,
+            dropped_zero_variance=self.dropped_zero_variance,
             invalid_trajectories=0,
         )
 
