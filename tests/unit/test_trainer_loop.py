@@ -99,8 +99,8 @@ def test_each_step_shows_the_groups_the_server_filtered(tmp_path, default_model_
     fake = FakeServer()
     fake.dropped_zero_variance = 5  # all-equal groups that never reached a pull
     lines: list[str] = []
-    result = train(_config(tmp_path, total_steps=1), fake.client(), default_model_dir,
-                   printer=lines.append)  # fmt: skip
+    config = _config(tmp_path, total_steps=1)
+    result = train(config, fake.client(), default_model_dir, printer=lines.append)
     assert result.records[-1].filtered_groups == 5
     assert any("dropped 0  filtered 5  invalid 0" in line for line in lines)
 
