@@ -38,8 +38,9 @@ Values = dict[str, Any]
 _SMOLLM2 = "smollm2-135m-instruct"
 
 
-def _tool_task() -> Values:
+def _agent_tiny() -> Values:
     return {
+        "run_dir": str(paths.runs_dir() / "agent-tiny"),
         # a call and its answer fit 64 tokens; one box per episode a group batch plays
         # sampled (and so trained) at 0.7: at 1.0 one miscopied digit
         # in the call or the answer failed most episodes (docs/training.md, "The tool task")
@@ -77,13 +78,13 @@ def _smollm2() -> Values:
     }
 
 
-def _agent_smollm2() -> Values:
+def _smollm2_agent(env_kwargs: Values) -> Values:
+    """SmolLM2 as an agent on the tool task: a short warm start, then a short GRPO run."""
     return {
         "model_dir": str(paths.models_dir() / _SMOLLM2),
-        "run_dir": str(paths.runs_dir() / "agent-smollm2"),
         "task": {
             "env_id": COMPUTE_ID,
-            "env_kwargs": {"kinds": ["scale"], "digits": 4},
+            "env_kwargs": env_kwargs,
             "max_tokens": 64,
             "max_turns": 3,
             "sandboxes": 16,
@@ -116,9 +117,21 @@ def _agent_smollm2() -> Values:
     }
 
 
+def _default() -> Values:
+    return _smollm2_agent({})  # the single-call kinds: add, mul, sum
+
+
+def _agent_smollm2() -> Values:
+    return {
+        **_smollm2_agent({"kinds": ["scale"], "digits": 4}),
+        "run_dir": str(paths.runs_dir() / "agent-smollm2"),
+    }
+
+
 PRESETS: dict[str, Callable[[], Values]] = {
-    "default": _tool_task,
+    "default": _default,
     "agent-smollm2": _agent_smollm2,
+    "agent-tiny": _agent_tiny,
     "guess": _guess,
     "smollm2": _smollm2,
 }
