@@ -9,21 +9,24 @@ env's kwargs belong to that env (GuessNumber's ``strict`` and ``feedback`` must 
 into another game or env), and a demonstrations table to its ``kind``.
 
 * ``default``: the built-in run, the sandboxed tool task ``rollgym/Compute-v0`` (a python
-  tool in Docker boxes from the server's warm pool, env latency measured per turn) on the
-  3.3M default model, after a warm start of generic copies, the task's copy drills and its
-  demonstrations, half of them answered without the tool (docs/training.md, "The tool
-  task"). ``RunConfig``'s own field defaults are the ``guess`` preset's; this preset layers
-  the tool task over them.
-* ``guess``: GuessNumber 1..8 in 3 turns on the default model, after an SFT warm start on
+  tool in Docker boxes from the server's warm pool, env latency measured per turn, the
+  single-call kinds) on SmolLM2-135M-Instruct, after a short warm start of demonstrations,
+  most of them answered at once without the tool (docs/training.md, "The built-in run").
+  ``RunConfig``'s own field defaults are the ``guess`` preset's; this preset layers the tool
+  task and the model over them.
+* ``agent-tiny``: the same task on the 3.3M local model from random weights, after a warm
+  start of generic copies, the task's copy drills and its demonstrations, half of them
+  answered without the tool (the default until 2026-12-06; docs/training.md, "The tool
+  task on the 3.3M model").
+* ``guess``: GuessNumber 1..8 in 3 turns on the 3.3M local model, after an SFT warm start on
   its demonstrations: the first built-in run, no tool and no sandbox.
 * ``smollm2``: SmolLM2-135M-Instruct (``rollgym model pull smollm2-135m-instruct``; the run
   pulls it if needed) on GuessNumber 1..6 in 3 turns, lenient, with range feedback, and no
   warm start: the pretrained model wins 18% of it as it is (docs/training.md has the
   measurements, and what RL makes of the game).
-* ``agent-smollm2``: SmolLM2-135M-Instruct on the tool task's two-step kind (``scale``: read
+* ``agent-smollm2``: the default's recipe on the tool task's two-step kind (``scale``: read
   a number from a file in the box, then multiply it, copying the first call's output into
-  the second), after a short warm start of demonstrations, most of them answered at once
-  without the tool (docs/training.md, "A real model on the two-step tool task").
+  the second; docs/training.md, "A real model on the two-step tool task").
 """
 
 from __future__ import annotations
@@ -74,12 +77,19 @@ def _smollm2() -> Values:
         },
         # 12 steps fit the 45-minute budget on 2 cores; at lr 3e-5 a 10-step pilot went
         # from 18% to 58% held out.
-        "trainer": {"learning_rate": 3e-5, "total_steps": 12, "temperature": 0.7},
+        # An online evaluation at steps 6 and 12 keeps the best weights (every 20 never came).
+        "trainer": {
+            "learning_rate": 3e-5,
+            "total_steps": 12,
+            "temperature": 0.7,
+            "online_eval": {"every": 6},
+        },
     }
 
 
-def _smollm2_agent(env_kwargs: Values) -> Values:
-    """SmolLM2 as an agent on the tool task: a short warm start, then a short GRPO run."""
+def _smollm2_agent(env_kwargs: Values, steps: int) -> Values:
+    """SmolLM2 as an agent on the tool task: a short warm start, then ``steps`` of GRPO with
+    an online evaluation halfway and at the end (it keeps the best weights)."""
     return {
         "model_dir": str(paths.models_dir() / _SMOLLM2),
         "task": {
@@ -92,7 +102,7 @@ def _smollm2_agent(env_kwargs: Values) -> Values:
         },
         # The pretrained model never calls the tool. 20 steps of 8 demonstrations teach the
         # calls; four in five of them answer at once (a guess, always wrong), so the warm
-        # start solves few (6 of 100 in a pilot) and RL learns the tool's use. With 240, half
+        # start solves few (6 of 100 in a two-call pilot) and RL learns the tool's use. With 240, half
         # direct, the first batch already won 75%: groups all solved teach GRPO nothing.
         "warmstart": {
             "demos": {
@@ -106,26 +116,28 @@ def _smollm2_agent(env_kwargs: Values) -> Values:
             "learning_rate": 5e-5,
             "batch_size": 8,
         },
-        # groups of 8, 2 a step: a SmolLM2 step of 16 episodes trains in about 25 s; an
-        # online evaluation at steps 5 and 10 keeps the best weights
+        # groups of 8, 2 a step: a SmolLM2 step of 16 episodes trains in about 25 s, but
+        # once most groups are solved a step waits for groups with a spread
         "trainer": {
             "learning_rate": 3e-5,
-            "total_steps": 10,
+            "total_steps": steps,
             "temperature": 0.7,
             "group_size": 8,
             "groups_per_batch": 2,
-            "online_eval": {"every": 5},
+            "online_eval": {"every": steps // 2},
         },
     }
 
 
 def _default() -> Values:
-    return _smollm2_agent({})  # the single-call kinds: add, mul, sum
+    # the single-call kinds (add, mul, sum); 6 steps: in a 10-step pilot the online
+    # evaluation had 90.6% at step 5, and steps 7-10 took 7.8 of its 11.5 minutes of GRPO
+    return _smollm2_agent({}, steps=6)
 
 
 def _agent_smollm2() -> Values:
     return {
-        **_smollm2_agent({"kinds": ["scale"], "digits": 4}),
+        **_smollm2_agent({"kinds": ["scale"], "digits": 4}, steps=10),
         "run_dir": str(paths.runs_dir() / "agent-smollm2"),
     }
 
