@@ -106,3 +106,26 @@ def test_the_gpu_profiles_server_settings_start_without_a_precision_verdict(
     monkeypatch.setenv("ROLLGYM_ENGINE__DTYPE", "bfloat16")  # ROLLGYM_GPU_DTYPE=bfloat16
     with pytest.raises(ValidationError, match=r"rollgym eval .* --precision bfloat16"):
         ServerSettings()
+
+
+@pytest.mark.parametrize("trainer", ["trainer", "trainer-cluster", "trainer-gpu"])
+def test_composes_trainers_train_the_model_their_server_makes(trainer) -> None:
+    """The servers serve what ``rollgym model init`` made on the volume, and a trainer's
+    pushed weights must fit it: the built-in run's SmolLM2 would not (it is pulled, not
+    made), so compose's trainers run a preset on the made model."""
+    from pathlib import Path
+
+    import yaml
+
+    from rollgym.cli import _build_parser
+    from rollgym.contract import paths
+    from rollgym.run.commands import run_config_values
+    from rollgym.run.pipeline import RunConfig
+    from rollgym.trainer.config import parse_config
+
+    compose = yaml.safe_load((Path(__file__).parents[2] / "compose.yaml").read_text())
+    command = compose["services"][trainer]["command"]
+    config = parse_config(RunConfig, **run_config_values(_build_parser().parse_args(command)))
+    assert config.model_dir == paths.default_model_dir()
+    assert config.task.env_id == "rollgym/Compute-v0"  # the tool task, boxes in the loop
+    assert config.warmstart is not None and config.server_url is not None
