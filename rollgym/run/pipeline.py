@@ -1,4 +1,4 @@
-"""``rollgym run``: the built-in default, a real RL run on the default model, end to end.
+"""``rollgym run``: the built-in default, a real RL run of an agent in sandboxes, end to end.
 
 Stages, each resumable (a second run picks up where an interrupted one stopped)::
 

@@ -1,10 +1,11 @@
 """Warm start: supervised fine-tuning (TRL's ``SFTTrainer``) on demonstrations of the task.
 
-No pretrained model can be downloaded here, so the default model starts from random weights
-and first learns the task's format and an imperfect policy by imitation, leaving RL room to
-improve it. What the demonstrations play is the ``demos`` config's (``rollgym.run.demos``):
-the built-in run's GuessNumber, or ``Compute`` (the ``compute`` preset: the oracle's tool
-calls, a share of the answers given without the tool, copy drills).
+A model first learns the task's format and an imperfect policy by imitation, leaving RL room
+to improve it: the built-in run's SmolLM2 never calls the tool as it comes, and the 3.3M
+local model of the ``agent-tiny`` and ``guess`` presets starts from random weights. What the
+demonstrations play is the ``demos`` config's (``rollgym.run.demos``): ``Compute`` (the
+oracle's tool calls, a share of the answers given without the tool, and for the 3.3M
+model generic copies and copy drills first) or GuessNumber.
 
 The demonstrations travel in the data format of ``rollgym generate`` and ``rollgym export``
 (OpenAI chat records, ``rollgym.contract.chat``): the built-in ones are converted to it, and

@@ -117,10 +117,13 @@ def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_mod
     """The built-in run (the tool task) shrunk: the policy calls the python tool in boxes of the
     server's warm pool, and the run reports the sandbox's turns apart from the model's.
 
-    It starts from the test model that calls the tool (``tool_model_dir``) and a warm start
-    of the preset's three phases shrunk to a step each at a low rate (the preset's takes
-    minutes); that model's rewards differ within a group only by its rejected messages
-    (-0.05 each), enough for GRPO to take a step."""
+    The preset's pipeline and task, on the 3.3M test model that calls the tool
+    (``tool_model_dir``) in place of SmolLM2 (whose steps take tens of seconds, and whose
+    short warm starts may leave every group without a spread), and a warm start of all
+    three phases a demonstration table has (copies, drills, conversations: the
+    ``agent-tiny`` preset's) shrunk to a step each at a low rate; that model's rewards
+    differ within a group only by its rejected messages (-0.05 each), enough for GRPO to
+    take a step. ``bench.learning`` runs the preset itself."""
     run_dir = tmp_path / "compute"
     config = tmp_path / "compute.json"
     small = {

@@ -15,6 +15,7 @@ from rollgym.run.task import TaskConfig
 from rollgym.trainer.config import parse_config
 
 USER_ENV = "example/Reverse-v0"
+PRESET_MODEL = "smollm2-135m-instruct"  # the default preset's model
 
 
 def config_of(*argv: str) -> RunConfig:
@@ -43,7 +44,7 @@ def test_a_new_env_starts_clean_no_game_kwargs_no_warm_start_its_own_run_dir() -
     assert config.warmstart is None
     # the built-in task's 0.7 was its own: the env's default, trained as sampled
     assert config.task.temperature == config.trainer.temperature == TaskConfig().temperature
-    assert config.run_dir == paths.runs_dir() / f"example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
+    assert config.run_dir == paths.runs_dir() / f"example-Reverse-v0-{PRESET_MODEL}"
     assert config.rollout_job().env_id == USER_ENV
 
 
@@ -51,7 +52,7 @@ def test_a_module_id_env_and_its_kwargs_are_taken_as_given() -> None:
     env_id = f"rollgym_example_env:{USER_ENV}"
     config = config_of("--env", env_id, "--env-kwargs", '{"words": ["abc"]}')
     assert config.task.env_id == env_id and config.task.env_kwargs == {"words": ["abc"]}
-    assert config.run_dir.name == f"example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
+    assert config.run_dir.name == f"example-Reverse-v0-{PRESET_MODEL}"
 
 
 def test_a_partial_config_file_for_another_env_needs_no_other_field(tmp_path) -> None:
@@ -62,10 +63,10 @@ def test_a_partial_config_file_for_another_env_needs_no_other_field(tmp_path) ->
 
 
 def test_a_pulled_model_by_name_starts_as_it_is() -> None:
-    config = config_of("--model", "smollm2-135m-instruct")
-    assert config.model_dir == paths.models_dir() / "smollm2-135m-instruct"
-    assert config.warmstart is None
-    assert config.task.env_kwargs == config_of().task.env_kwargs  # the same task
+    config = config_of("--preset", "guess", "--model", PRESET_MODEL)
+    assert config.model_dir == paths.models_dir() / PRESET_MODEL
+    assert config.warmstart is None  # the guess preset's SFT was for its 3.3M model
+    assert config.task.env_kwargs == config_of("--preset", "guess").task.env_kwargs
 
 
 def test_a_model_directory_is_taken_and_a_named_warm_start_is_kept(tmp_path) -> None:
@@ -132,7 +133,7 @@ def test_several_envs_make_a_weighted_mixture_with_its_own_run_dir() -> None:
     assert [(p.env_id, p.weight, p.env_kwargs) for p in task.mixture] == [(USER_ENV, 1.5, {})]
     assert config.warmstart == preset.warmstart  # it still plays the preset's task
     assert (
-        config.run_dir.name == f"rollgym-Compute-v0+example-Reverse-v0-{paths.DEFAULT_MODEL_NAME}"
+        config.run_dir.name == f"rollgym-Compute-v0+example-Reverse-v0-{PRESET_MODEL}"
     )
     job = config.rollout_job()
     assert [(p.env_id, p.weight) for p in job.parts()] == [

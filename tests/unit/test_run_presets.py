@@ -10,6 +10,7 @@ from rollgym.cli import _build_parser
 from rollgym.contract import paths
 from rollgym.run.commands import run_config_values
 from rollgym.run.pipeline import RunConfig
+from rollgym.run.presets import PRESETS
 from rollgym.trainer.config import parse_config
 
 
@@ -88,14 +89,25 @@ def test_seed_keeps_a_preset_without_warm_start_without_one() -> None:
     assert config.warmstart is None and config.trainer.seed == 2
 
 
-def test_the_built_in_run_trains_the_sandboxed_tool_task_with_its_own_demonstrations():
+def test_the_built_in_run_trains_the_real_model_as_an_agent_on_the_sandboxed_tool_task():
     config = config_of()
+    assert config.model_dir == paths.models_dir() / "smollm2-135m-instruct"
     assert config.task.env_id == "rollgym/Compute-v0" and config.task.sandboxes > 0
-    assert config.warmstart is not None and config.warmstart.demos.kind == "compute"
-    assert config.warmstart.demos.copies > 0 and config.warmstart.demos.drills > 0
-    resolved = config.resolved_warmstart()
-    assert resolved is not None and resolved.demos.env_kwargs == config.task.env_kwargs
+    assert config.task.env_kwargs == {}  # the single-call kinds: add, mul, sum
+    warm = config.resolved_warmstart()
+    assert warm is not None and warm.demos.kind == "compute"
+    assert warm.demos.env_kwargs == config.task.env_kwargs  # demonstrations of the same task
+    assert warm.demos.direct_share == 0.8  # most answer at once: the flaw RL removes
     assert config.run_dir.name == "default"
+
+
+def test_the_agent_tiny_preset_teaches_the_3_3m_model_to_copy_before_its_demonstrations():
+    config = config_of("--preset", "agent-tiny")
+    assert config.model_dir == paths.default_model_dir()
+    assert config.task.env_id == "rollgym/Compute-v0" and config.task.sandboxes > 0
+    warm = config.resolved_warmstart()
+    assert warm is not None and warm.demos.copies > 0 and warm.demos.drills > 0
+    assert config.run_dir.name == "agent-tiny"  # never resumes the default's run
 
 
 def test_the_guess_preset_is_guess_number_with_no_box() -> None:
@@ -180,4 +192,16 @@ def test_the_agent_smollm2_preset_warm_starts_the_real_model_on_the_two_step_too
     assert warm.demos.env_kwargs == config.task.env_kwargs  # demonstrations of the same task
     assert warm.demos.copies == warm.demos.drills == 0  # a pretrained model copies already
     assert config.task.temperature == config.trainer.temperature == 0.7
+    assert config.warmstart == config_of().warmstart  # the default's recipe, a harder task
+    assert config.trainer.model_dump(exclude={"total_steps", "online_eval"}) == (
+        config_of().trainer.model_dump(exclude={"total_steps", "online_eval"})
+    )
     assert config.run_dir.name == "agent-smollm2"
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_evaluates_online_within_its_steps_so_best_weights_exist(preset) -> None:
+    trainer = config_of("--preset", preset).trainer
+    assert trainer.online_eval is not None
+    assert trainer.online_eval.every <= trainer.total_steps
+    assert trainer.total_steps % trainer.online_eval.every == 0  # the last step is one
