@@ -40,11 +40,11 @@ def add_eval_commands(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--model", help=f"model dir (default {paths.default_model_dir()})")
     evaluate.add_argument("--server", help="evaluate through this running server instead")
     evaluate.add_argument("--token", help="the server's admin token (default $ROLLGYM_ADMIN_TOKEN)")
-    evaluate.add_argument("--env", default="rollgym/GuessNumber-v0")
+    evaluate.add_argument("--env", default=GUESS_ENV)
     evaluate.add_argument(
         "--env-kwargs",
-        default='{"low": 1, "high": 8, "strict": true, "feedback": "range"}',
-        help="the env's kwargs as JSON (default: the guess preset's game)",
+        help="the env's kwargs as JSON (default: the guess preset's game on GuessNumber, "
+        "none on another env)",
     )
     evaluate.add_argument("--episodes", type=int, default=200, help="held-out seeds")
     evaluate.add_argument("--samples", type=int, default=1, help="samples per seed (pass@k)")
@@ -73,16 +73,35 @@ def _line(run: PrecisionRun) -> str:
     )
 
 
+GUESS_ENV = "rollgym/GuessNumber-v0"
+GUESS_GAME = {"low": 1, "high": 8, "strict": True, "feedback": "range"}  # the guess preset's
+
+
 class EvalInputError(ValueError):
     """Input ``rollgym eval`` cannot work with; its message is the one line printed."""
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from rollgym.server.errors import BadRequest
+
     try:
         return _evaluate(args)
-    except EvalInputError as exc:
+    except (EvalInputError, BadRequest) as exc:  # BadRequest: the env refused its kwargs
         print(f"rollgym eval: {exc}", file=sys.stderr)
         return 2
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """``--env-kwargs``, or the default env's game; another env's kwargs are its own."""
+    if args.env_kwargs is None:
+        return dict(GUESS_GAME) if args.env == GUESS_ENV else {}
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as exc:
+        raise EvalInputError(f"--env-kwargs is not JSON: {exc}") from exc
+    if not isinstance(env_kwargs, dict):
+        raise EvalInputError("--env-kwargs must be a JSON object")
+    return env_kwargs
 
 
 def _task(args: argparse.Namespace) -> HeldOutTask:
@@ -90,12 +109,7 @@ def _task(args: argparse.Namespace) -> HeldOutTask:
     from rollgym.evaluation.measure import HeldOutTask
     from rollgym.trainer.evaluate import held_out_seeds
 
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as exc:
-        raise EvalInputError(f"--env-kwargs is not JSON: {exc}") from exc
-    if not isinstance(env_kwargs, dict):
-        raise EvalInputError("--env-kwargs must be a JSON object")
+    env_kwargs = _env_kwargs(args)
     if args.episodes < 1 or args.samples < 1:
         raise EvalInputError("--episodes and --samples must be at least 1")
     return HeldOutTask(

@@ -57,3 +57,20 @@ def test_a_model_the_server_cannot_serve_is_one_line(server, tmp_path: Path) -> 
     assert done.returncode == 2 and done.stdout == ""
     assert "refused" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_kwargs_the_env_refuses_in_an_engine_of_its_own_are_one_line(default_model_dir) -> None:
+    """Without --server the env is made beside an engine in this process; the kwargs it
+    refuses (here GuessNumber's, on Compute) end in one line, not a traceback."""
+    args = ("--model", str(default_model_dir), "--env", "rollgym/Compute-v0", "--episodes", "1")
+    done = subprocess.run(
+        [sys.executable, "-m", "rollgym.cli", "eval", *args, "--env-kwargs", '{"low": 1}'],
+        env={**os.environ, **ENGINE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
+    assert "rollgym/Compute-v0 cannot be made with env_kwargs ['low']" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -136,3 +136,33 @@ def test_json_output_is_one_object(tmp_path, capsys, monkeypatch) -> None:
     figures = json.loads(out)
     assert status == 0 and figures["pass@2"]["successes"] == 1
     assert figures["success"]["episodes"] == 2 and figures["infra_failures"] == 0
+
+
+def test_another_env_starts_without_the_guess_games_kwargs() -> None:
+    from rollgym.cli import _build_parser
+    from rollgym.evaluation.commands import _task
+
+    def task(*argv: str):
+        return _task(_build_parser().parse_args(["eval", *argv]))
+
+    assert task().env_kwargs == {"low": 1, "high": 8, "strict": True, "feedback": "range"}
+    assert task("--env", "rollgym/Compute-v0").env_kwargs == {}  # was: GuessNumber's, refused
+    given = task("--env", "rollgym/Compute-v0", "--env-kwargs", '{"tool": false}')
+    assert given.env_kwargs == {"tool": False}
+
+
+def test_kwargs_the_env_refuses_are_one_line_and_status_2(tmp_path, capsys, monkeypatch) -> None:
+    """The env is made once the engine runs (``_in_engine``); its refusal is the server's
+    ``BadRequest``, printed as one line (the real engine's twin: tests/e2e/test_eval_e2e.py)."""
+    from rollgym.evaluation import commands
+    from rollgym.server.errors import BadRequest
+
+    def refused(*_: object) -> None:
+        raise BadRequest("rollgym/Compute-v0 cannot be made with env_kwargs ['low']")
+
+    monkeypatch.setattr(commands, "_in_engine", refused)
+    model = _model_dir(tmp_path)
+    argv = ("--model", str(model), "--env", "rollgym/Compute-v0", "--env-kwargs", '{"low": 1}')
+    status, out, err = _eval(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err == "rollgym eval: rollgym/Compute-v0 cannot be made with env_kwargs ['low']\n"
