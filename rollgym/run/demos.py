@@ -43,31 +43,35 @@ class FirstPhase:
 
 
 class ComputeDemos(BaseModel):
-    """Demonstrations of ``rollgym/Compute-v0`` (docs/training.md: what each part is for)."""
+    """Demonstrations of ``rollgym/Compute-v0`` (docs/training.md: what each part is for).
+
+    The defaults are the built-in run's (a pretrained model: conversations only); the
+    ``agent-tiny`` preset adds the copies and drills a model from random weights needs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["compute"] = "compute"
-    episodes: int = Field(1500, ge=0, description="whole conversations of the oracle's play")
+    episodes: int = Field(160, ge=0, description="whole conversations of the oracle's play")
     direct_share: float = Field(
-        0.5,
+        0.8,
         ge=0,
         le=1,
         description="share of them answered at once without the tool (the question's first "
         "number): the flaw RL removes",
     )
     copies: int = Field(
-        19_200,
+        0,
         ge=0,
         description="generic copy sequences (random characters, then the same again), "
-        "trained first, 64 a step: the copying a model from random weights lacks",
+        "trained first, 64 a step: the copying a model from random weights lacks "
+        "(the agent-tiny preset: 19,200)",
     )
     copy_learning_rate: float = Field(2e-3, gt=0, description="the copies' peak learning rate")
     drills: int = Field(
-        6_400,
+        0,
         ge=0,
         description="short copy drills (no system prompt, no tools: a call, or an answer), "
-        "trained after the copies: 200 steps of 32",
+        "trained after the copies, 32 a step (the agent-tiny preset: 6,400)",
     )
     drill_learning_rate: float = Field(
         2e-3, gt=0, description="the drills' peak learning rate (cosine, after a 5% warm-up)"

@@ -54,8 +54,19 @@ def _agent_tiny() -> Values:
             "sandboxes": 32,
             "temperature": 0.7,
         },
-        # copies, then drills, each at its own rate, then the conversations (docs/training.md)
-        "warmstart": {"demos": {"kind": "compute"}, "epochs": 1.0, "learning_rate": 1e-3},
+        # copies, then drills, each at its own rate, then the conversations, half answered
+        # without the tool (docs/training.md)
+        "warmstart": {
+            "demos": {
+                "kind": "compute",
+                "episodes": 1500,
+                "direct_share": 0.5,
+                "copies": 19_200,
+                "drills": 6_400,
+            },
+            "epochs": 1.0,
+            "learning_rate": 1e-3,
+        },
     }
 
 

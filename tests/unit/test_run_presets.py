@@ -205,3 +205,15 @@ def test_every_preset_evaluates_online_within_its_steps_so_best_weights_exist(pr
     assert trainer.online_eval is not None
     assert trainer.online_eval.every <= trainer.total_steps
     assert trainer.total_steps % trainer.online_eval.every == 0  # the last step is one
+
+
+def test_a_partial_demonstrations_table_keeps_the_built_in_runs_recipe(tmp_path) -> None:
+    """A demos table replaces the preset's whole, so its field defaults are the built-in
+    run's: naming a few never brings back the 3.3M model's 19,200 copies (an e2e config
+    once took SmolLM2 through them for 15 minutes)."""
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps({"warmstart": {"demos": {"kind": "compute", "episodes": 16}}}))
+    warm, default = config_of("--config", str(file)).warmstart, config_of().warmstart
+    assert warm is not None and default is not None
+    assert warm.demos.episodes == 16 and warm.demos.copies == warm.demos.drills == 0
+    assert warm.demos == default.demos.model_copy(update={"episodes": 16})
