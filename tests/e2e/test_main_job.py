@@ -1,6 +1,6 @@
-"""The README's main command, ``rollgym run``, on shrunken configs: the built-in tool task
-with the sandbox in the loop, and (on the guess preset, whose warm start takes seconds)
-interrupt, then resume.
+"""The README's main command, ``rollgym run``, on shrunken configs: the built-in run (SmolLM2
+on the tool task) and the agent-tiny preset with the sandbox in the loop, and (on the guess
+preset, whose warm start takes seconds) interrupt, then resume.
 
 The same pipeline as the built-in default (warm start, real server, GRPO, held-out
 evaluation, report), with few demonstrations and steps so it fits a test run.
@@ -113,17 +113,50 @@ def test_rollgym_run_can_be_interrupted_and_resumed(tmp_path) -> None:
     assert second.stdout.count("  sampling ") >= 1
 
 
-def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_model_dir) -> None:
-    """The built-in run (the tool task) shrunk: the policy calls the python tool in boxes of the
-    server's warm pool, and the run reports the sandbox's turns apart from the model's.
+def test_the_built_in_run_trains_smollm2_with_the_sandbox_in_the_loop(tmp_path, smollm2_dir):
+    """The built-in run shrunk, on its own model: SmolLM2 warm-started on 16 conversations
+    that all call the tool (at a rate that teaches the calls in 2 steps), 2 GRPO steps of 2
+    groups of 4 with an online evaluation after each, the held-out evaluation of warm start,
+    last and best. Its calls run in boxes of the server's warm pool, and the run reports the
+    sandbox's turns apart from the model's (about 2.5 minutes)."""
+    run_dir = tmp_path / "default"
+    config = tmp_path / "default.json"
+    small = {
+        "run_dir": str(run_dir),
+        "warmstart": {
+            "demos": {
+                "kind": "compute",
+                "episodes": 16,
+                "direct_share": 0.0,
+                "copies": 0,  # a table replaces the preset's whole: no copies, as there
+                "drills": 0,
+            },
+            "learning_rate": 1e-4,
+        },
+        "task": {"sandboxes": 4},
+        "trainer": {
+            "output_dir": "grpo",
+            "group_size": 4,
+            "groups_per_batch": 2,
+            "total_steps": 2,
+            "online_eval": {"every": 1, "episodes": 8},
+            "guard": None,
+        },
+        "eval_episodes": 8,
+    }
+    config.write_text(json.dumps(small))
+    summary = _run_and_check_the_box_was_in_the_loop(run_dir, config)
+    assert summary["config"]["model_dir"] == str(smollm2_dir)  # the preset's model
+    assert [p["step"] for p in summary["online_eval"]] == [1, 2]
+    assert summary["success_rate"]["best"]["episodes"] == 8
 
-    The preset's pipeline and task, on the 3.3M test model that calls the tool
-    (``tool_model_dir``) in place of SmolLM2 (whose steps take tens of seconds, and whose
-    short warm starts may leave every group without a spread), and a warm start of all
-    three phases a demonstration table has (copies, drills, conversations: the
-    ``agent-tiny`` preset's) shrunk to a step each at a low rate; that model's rewards
+
+def test_the_agent_tiny_preset_trains_with_the_sandbox_in_the_loop(tmp_path, tool_model_dir):
+    """The 3.3M model's tool run shrunk: its warm start's three phases (copies, drills,
+    conversations) a step each at a low rate, from the test model that calls the tool
+    (``tool_model_dir``: from random weights the phases take minutes); that model's rewards
     differ within a group only by its rejected messages (-0.05 each), enough for GRPO to
-    take a step. ``bench.learning`` runs the preset itself."""
+    take a step."""
     run_dir = tmp_path / "compute"
     config = tmp_path / "compute.json"
     small = {
@@ -152,8 +185,14 @@ def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_mod
         "eval_episodes": 8,
     }
     config.write_text(json.dumps(small))
+    _run_and_check_the_box_was_in_the_loop(run_dir, config, "--preset", "agent-tiny")
+    warm = json.loads((run_dir / "warmstart" / "rollgym-warmstart.json").read_text())
+    assert warm["config"]["demos"]["copies"] == 64  # the copies, the drills, the plays
+
+
+def _run_and_check_the_box_was_in_the_loop(run_dir: Path, config: Path, *flags: str) -> dict:
     done = subprocess.run(
-        _rollgym_run(config),
+        _rollgym_run(config, *flags),
         capture_output=True,
         text=True,
         timeout=1800,
@@ -163,8 +202,6 @@ def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_mod
     assert "sandboxes) on loopback" in done.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["config"]["task"]["env_id"] == "rollgym/Compute-v0"
-    warm = json.loads((run_dir / "warmstart" / "rollgym-warmstart.json").read_text())
-    assert warm["config"]["demos"]["copies"] == 64  # the copies, the drills, the plays
     # the box was in the loop: turns ran code in the sandboxes, timed apart from the model
     latency = summary["turn_latency_s"]
     assert {"model", "environment", "sandbox"} <= set(latency)
@@ -173,3 +210,4 @@ def test_the_built_in_run_trains_with_the_sandbox_in_the_loop(tmp_path, tool_mod
     assert summary["stage_shares"]["environment"][0] > 0  # busy seconds
     for policy in ("warm_start", "rl"):
         assert summary["success_rate"][policy]["episodes"] == 8
+    return summary
