@@ -132,9 +132,7 @@ def test_several_envs_make_a_weighted_mixture_with_its_own_run_dir() -> None:
     assert task.sandboxes == preset.task.sandboxes
     assert [(p.env_id, p.weight, p.env_kwargs) for p in task.mixture] == [(USER_ENV, 1.5, {})]
     assert config.warmstart == preset.warmstart  # it still plays the preset's task
-    assert (
-        config.run_dir.name == f"rollgym-Compute-v0+example-Reverse-v0-{PRESET_MODEL}"
-    )
+    assert config.run_dir.name == f"rollgym-Compute-v0+example-Reverse-v0-{PRESET_MODEL}"
     job = config.rollout_job()
     assert [(p.env_id, p.weight) for p in job.parts()] == [
         ("rollgym/Compute-v0", 3.0),
