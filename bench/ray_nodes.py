@@ -21,6 +21,7 @@ on the machine (``ray stop`` would end them all).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import secrets
 import shutil
@@ -50,8 +51,13 @@ def server_mounts(model_dir: Path, *extra: str) -> list[str]:
 
 
 def bridge_gateway(client: docker.DockerClient) -> str:
-    """This machine's address on Docker's default bridge: what a container reaches it by."""
-    return client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    """This machine's address on Docker's default bridge: what a container reaches it by.
+    Some engines list only the bridge's subnet; its gateway is then the subnet's first
+    address (``docker0``'s, 172.17.0.1 by default)."""
+    config = client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return config["Gateway"]
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 class RayHead:
