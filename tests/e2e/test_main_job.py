@@ -121,29 +121,11 @@ def test_the_built_in_run_trains_smollm2_with_the_sandbox_in_the_loop(tmp_path, 
     sandbox's turns apart from the model's (about 2.5 minutes)."""
     run_dir = tmp_path / "default"
     config = tmp_path / "default.json"
-    small = {
-        "run_dir": str(run_dir),
-        "warmstart": {
-            "demos": {
-                "kind": "compute",
-                "episodes": 16,
-                "direct_share": 0.0,
-                "copies": 0,  # a table replaces the preset's whole: no copies, as there
-                "drills": 0,
-            },
-            "learning_rate": 1e-4,
-        },
-        "task": {"sandboxes": 4},
-        "trainer": {
-            "output_dir": "grpo",
-            "group_size": 4,
-            "groups_per_batch": 2,
-            "total_steps": 2,
-            "online_eval": {"every": 1, "episodes": 8},
-            "guard": None,
-        },
-        "eval_episodes": 8,
+    warmstart = {
+        "demos": {"kind": "compute", "episodes": 16, "direct_share": 0.0},
+        "learning_rate": 1e-4,
     }
+    small = _two_steps(run_dir, warmstart, online_eval={"every": 1, "episodes": 8})
     config.write_text(json.dumps(small))
     summary = _run_and_check_the_box_was_in_the_loop(run_dir, config)
     assert summary["config"]["model_dir"] == str(smollm2_dir)  # the preset's model
@@ -159,35 +141,38 @@ def test_the_agent_tiny_preset_trains_with_the_sandbox_in_the_loop(tmp_path, too
     take a step."""
     run_dir = tmp_path / "compute"
     config = tmp_path / "compute.json"
-    small = {
+    demos = {
+        "kind": "compute",
+        "copies": 64,
+        "drills": 32,
+        "episodes": 32,
+        "copy_learning_rate": 1e-5,
+        "drill_learning_rate": 1e-5,
+    }
+    small = _two_steps(run_dir, {"demos": demos, "learning_rate": 1e-5}, online_eval=None)
+    small["model_dir"] = str(tool_model_dir)
+    config.write_text(json.dumps(small))
+    _run_and_check_the_box_was_in_the_loop(run_dir, config, "--preset", "agent-tiny")
+    warm = json.loads((run_dir / "warmstart" / "rollgym-warmstart.json").read_text())
+    assert warm["config"]["demos"]["copies"] == 64  # the copies, the drills, the plays
+
+
+def _two_steps(run_dir: Path, warmstart: dict, online_eval: dict | None) -> dict:
+    """A run config of 2 GRPO steps of 2 groups of 4 on 4 boxes, 8 held-out episodes."""
+    return {
         "run_dir": str(run_dir),
-        "model_dir": str(tool_model_dir),
-        "warmstart": {
-            "demos": {
-                "kind": "compute",
-                "copies": 64,
-                "drills": 32,
-                "episodes": 32,
-                "copy_learning_rate": 1e-5,
-                "drill_learning_rate": 1e-5,
-            },
-            "learning_rate": 1e-5,
-        },
+        "warmstart": warmstart,
         "task": {"sandboxes": 4},
         "trainer": {
             "output_dir": "grpo",
             "group_size": 4,
             "groups_per_batch": 2,
             "total_steps": 2,
-            "online_eval": None,
+            "online_eval": online_eval,
             "guard": None,
         },
         "eval_episodes": 8,
     }
-    config.write_text(json.dumps(small))
-    _run_and_check_the_box_was_in_the_loop(run_dir, config, "--preset", "agent-tiny")
-    warm = json.loads((run_dir / "warmstart" / "rollgym-warmstart.json").read_text())
-    assert warm["config"]["demos"]["copies"] == 64  # the copies, the drills, the plays
 
 
 def _run_and_check_the_box_was_in_the_loop(run_dir: Path, config: Path, *flags: str) -> dict:

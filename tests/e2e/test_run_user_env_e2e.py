@@ -52,13 +52,14 @@ MIXED = "rollgym/GuessNumber-v0"
 STEPS = 2
 
 
-def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path) -> None:
+def test_a_user_env_trains_from_the_command_line_into_tensorboard(tmp_path, default_model_dir):
     site = tmp_path / "user_site"
     site.mkdir()
     (site / "parity_env.py").write_text(USER_ENV)
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "rollgym.cli", "run", "--env", f"{ENV_ID}@3", "--env", MIXED, "--steps", str(STEPS),
+        "--model", str(default_model_dir),  # the untrained 3.3M model, not the preset's SmolLM2
         "--group-size", "4", "--groups-per-batch", "2", "--max-tokens", "6",
         "--eval-episodes", "4", "--run-dir", str(run_dir), "--report-to", "tensorboard",
         "--report-to", "wandb", "--report-to", "mlflow", "--report-to", "trackio",
