@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from rollgym.contract import paths
 from rollgym.contract.precision import VERDICT_FILE, PrecisionRun
+from rollgym.run.demos import GUESS_ID
 
 if TYPE_CHECKING:
     from rollgym.contract.wire import Trajectory
@@ -40,7 +41,7 @@ def add_eval_commands(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--model", help=f"model dir (default {paths.default_model_dir()})")
     evaluate.add_argument("--server", help="evaluate through this running server instead")
     evaluate.add_argument("--token", help="the server's admin token (default $ROLLGYM_ADMIN_TOKEN)")
-    evaluate.add_argument("--env", default=GUESS_ENV)
+    evaluate.add_argument("--env", default=GUESS_ID)
     evaluate.add_argument(
         "--env-kwargs",
         help="the env's kwargs as JSON (default: the guess preset's game on GuessNumber, "
@@ -73,10 +74,6 @@ def _line(run: PrecisionRun) -> str:
     )
 
 
-GUESS_ENV = "rollgym/GuessNumber-v0"
-GUESS_GAME = {"low": 1, "high": 8, "strict": True, "feedback": "range"}  # the guess preset's
-
-
 class EvalInputError(ValueError):
     """Input ``rollgym eval`` cannot work with; its message is the one line printed."""
 
@@ -93,8 +90,10 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """``--env-kwargs``, or the default env's game; another env's kwargs are its own."""
-    if args.env_kwargs is None:
-        return dict(GUESS_GAME) if args.env == GUESS_ENV else {}
+    from rollgym.run.task import TaskConfig
+
+    if args.env_kwargs is None:  # the guess preset's game: the task table's own defaults
+        return TaskConfig().env_kwargs if args.env == GUESS_ID else {}
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as exc:

@@ -113,16 +113,11 @@ def _smollm2_agent(env_kwargs: Values, steps: int) -> Values:
         },
         # The pretrained model never calls the tool. 20 steps of 8 demonstrations teach the
         # calls; four in five of them answer at once (a guess, always wrong), so the warm
-        # start solves few (6 of 100 in a two-call pilot) and RL learns the tool's use. With 240, half
-        # direct, the first batch already won 75%: groups all solved teach GRPO nothing.
+        # start solves few (6 of 100 in a two-call pilot) and RL learns the tool's use. With
+        # 240, half direct, the first batch already won 75%: groups all solved teach GRPO
+        # nothing. ComputeDemos' defaults are this: 160 conversations, 0.8 direct, no copies.
         "warmstart": {
-            "demos": {
-                "kind": "compute",
-                "episodes": 160,
-                "direct_share": 0.8,
-                "copies": 0,
-                "drills": 0,
-            },
+            "demos": {"kind": "compute"},
             "epochs": 1.0,
             "learning_rate": 5e-5,
             "batch_size": 8,
