@@ -6,7 +6,7 @@ SmolLM2-135M's head (576 wide, 49,152 tokens of vocabulary, random weights) scor
 ``--tokens`` tokens with ``trl.kernels.ChunkedLogProbFunction`` (log-probabilities and
 entropy, as the GRPO loss asks), forward and backward, on one thread; each chunk size in a
 fresh process of its own, so its peak memory is its own. 816 tokens is a ``bench.lora``
-SmolLM2 batch (8 rows), 4,096 a ``bench.peers`` one. Rows: the median time of 5 passes
+SmolLM2 batch (8 rows), 4,096 a GuessTool ``bench.peers`` one. Rows: the median time of 5 passes
 after a warm-up; the process's peak memory above what it held before the first pass (the
 head's weight and its gradient included, the same in both); the largest difference of a
 log-probability from TRL's chunk. Each cell: the median over ``--runs`` with min-max.

@@ -1,63 +1,51 @@
-"""rollgym against TRL alone: the same GRPO run three ways, one table (issue 19, part 1).
+"""rollgym against TRL alone on the built-in task: the time each takes to a better agent.
 
-    .venv/bin/python -m bench.peers [--steps 30] [--eval-episodes 200]
-                                    [--arms trl,trl-cb,sync,async-1,async-2] [--out DIR]
-                                    [--max-step-kl KL] [--unpinned]
+    .venv/bin/python -m bench.peers [--runs 3] [--first-seed 0] [--steps 6] [--eval-every 1]
+                                    [--eval-episodes 100] [--arms trl,rollgym] [--lr 1e-5]
+                                    [--max-step-kl 0] [--out DIR] [--report RESULTS_JSON]
 
-Every figure rollgym publishes elsewhere compares it with itself; a user choosing a tool
-compares it with what they would use instead. So one task, one model, one warm start, the
-same optimizer steps, group size (8), batch (4 groups), learning rate and loss (TRL's
-GRPO with rollgym's settings, ``trainer.grpo.grpo_args``), run three ways:
+A user choosing a tool compares it with what they would use instead. One task, one model,
+one warm start, the same GRPO settings, run each way:
 
-* ``trl``, ``trl-cb``  **TRL alone**, written as TRL 1.16's documentation shows
-                       (``bench.peers_trl``): ``GRPOTrainer(environment_factory=...)``,
-                       generation by transformers in the trainer's process (``trl-cb``
-                       with transformers' continuous batching, its cache bounded), and the
-                       sandboxed tool driven through one ``docker exec`` per call into a
-                       hardened container per rollout, as per-exec sandbox clients do.
-                       Sampling, the environment and training take turns.
-* ``sync``             **rollgym, synchronous** (``max_staleness=0``): the rollout server
-                       (vLLM in its own process) plays the batch's episodes concurrently,
-                       each guess through the in-box executor (no ``docker exec``), while
-                       the trainer waits; then the trainer trains and pushes the weights.
-* ``async-k``          **rollgym, asynchronous** (``max_staleness=k``): the server samples
-                       the next batches while the trainer trains on this one, each on
-                       its own cores (``CpuSplit(pinned=True)``: the server and its engine
-                       one core, the trainer the rest; ``--unpinned``: both on all).
+* ``rollgym``         the built-in run's task and recipe (``make run``, preset ``default``):
+                      SmolLM2 on ``rollgym/Compute-v0`` in hardened boxes, the rollout server
+                      (vLLM in its own process) sampling a step ahead of the trainer
+                      (staleness 1); ``rollgym-sync`` the same with staleness 0;
+* ``trl``, ``trl-cb``, ``trl-vllm``  **TRL alone** (``bench.peers_trl``):
+                      ``GRPOTrainer(environment_factory=...)`` on the same env through
+                      rollgym's TRL door, one ``docker exec`` per tool call, generation in
+                      the trainer's process by transformers' ``generate`` (``trl``), its
+                      continuous batching (``trl-cb``) or TRL's colocated vLLM (``trl-vllm``,
+                      with the weight sync made to work on a CPU). Sampling, the environment
+                      and training take turns.
 
-The task is ``rollgym/GuessTool-v0``: GuessNumber 1..8 in 3 turns with range feedback
-("Higher. From 5 to 8."), each guess a call of the tool ``guess(number)`` whose verdict a
-small program computes in the sandbox (``envs.guess_verdict``); the host keeps the target
-and the reward (GuessNumber's rule: ``1 - 0.05 * (turns - 1)`` when found, ``-0.1`` per
-rejected guess). It is a task the default 3.3M model can learn, with a sandboxed tool on
-every step. The warm start, computed once, is the built-in run's SFT on the built-in
-demonstrations, each turned into tool calls (``envs.guess_tool.as_tool_play``) and laid
-out by the server's ``ChatCodec``: TRL renders the same prompt and the same tool replies
-token for token (a unit test checks both), so all arms start from the same policy.
+The warm start is the built-in run's (its SFT on Compute demonstrations), made once in
+``--out`` and shared by every run and arm. Every arm trains ``--steps`` optimizer steps of
+2 groups of 8 at the preset's temperature and ``--lr`` (the default, 1e-5, is TRL's best of
+three measured: docs/benchmarks.md); rollgym's trust region (``--max-step-kl``, 0.02 in the
+built-in run) is off by default, since TRL has none. A seed sets the trainer's seed, the
+training task seeds (both arms take the same seeds in the same order) and the engine's
+sampling seed. Every arm keeps its weights every ``--eval-every`` steps; after the run they
+are scored, with the warm start, on the same ``--eval-episodes`` held-out seeds through one
+rollout server (``trainer.evaluate``: the engine, the boxes and the sampling of the built-in
+run's own evaluation), so scoring costs no arm time. A point sits at the seconds from the
+arm's ``train`` call to its step's end (loading is left out).
 
-Columns: policy updates per minute and model tokens of the trained batches per second
-(both from the first step's end to the last, so start-up and the first batch are left
-out); the environment's busy share of the run's wall time; held-out success of each
-arm's final weights with its 95% Wilson interval, all measured the same way (the rollout
-server playing the same held-out seeds, ``trainer.evaluate``); peak resident memory of the
-trainer and server processes (containers not counted). Each arm runs in a fresh child
-process. Target: the best rollgym asynchronous arm at >= 3x the faster TRL arm's updates
-per minute, with held-out success inside TRL's interval or above.
+A run's final success pools its last 3 points (``bench.trainer.final_success``); it
+reaches a level when the mean of 3 points in a row does (``time_to``). Printed per run:
+updates per minute, the environment's share of the wall, peak memory, the curve, the gain
+over the warm start with its 95% interval, and each arm's time to the first TRL arm's
+final success with its share of that arm's own. Then issue 42's targets, over every run:
+both arms learn (each gain's interval above 0), the best rollgym arm reaches TRL's final
+success in at most a quarter of TRL's time, and ends inside TRL's interval or above.
 
-Where the arms cannot be the same (each named where it is set): TRL's loop ends a rollout
-when the model answers without a call or after ``max_tool_calling_iterations`` (3) calls,
-so a rollout that did not win samples a fourth reply that is never run, and its token
-budget is one for the whole rollout (``MAX_COMPLETION``), where rollgym caps each turn
-(``MAX_TOKENS``) and ends the episode at the turn limit; a reply without a well-formed call
-ends a TRL rollout, while rollgym's env rejects it with feedback and a penalty and the
-episode goes on. TRL samples on the policy it trains (no behaviour-logprob correction
-needed, none applied), rollgym corrects for the engine's sampling (``grpo.py``). rollgym
-checkpoints every step (its acknowledgements need it); TRL here never. rollgym's sandbox
-pool holds ``(staleness + 1) x batch`` boxes, TRL makes one container per rollout of a
-batch (32). rollgym's arms train with its trust region (``--max-step-kl``, the built-in run's
-0.02: ``trainer.trust_region``, one forward pass more per step), a guard TRL alone has no
-counterpart for; ``--max-step-kl 0`` turns it off (without it, asynchronous arms collapsed in
-two of four full runs' arms: docs/benchmarks.md).
+Where the arms cannot be the same: TRL's loop ends a rollout when the model answers without
+a call or after ``max_tool_calling_iterations`` calls (here ``max_turns - 1``, so both allow
+three replies), with one token budget for the whole rollout (``max_completion_length``),
+where rollgym caps each turn; TRL samples on the policy it trains, rollgym corrects for
+the engine's sampling and filters groups whose rewards are all equal (they teach GRPO
+nothing) before training. The built-in run's online evaluations and the guard that acts on
+them are off (the points are scored after the run, for both arms alike).
 """
 
 from __future__ import annotations
@@ -67,6 +55,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -74,345 +63,403 @@ from pathlib import Path
 from typing import Any
 
 from bench import quiet_training_output
+from bench.learning import difference_interval
+from bench.trainer import CurvePoint, final_success, time_to
 
-ENV_ID = "rollgym/GuessTool-v0"
-LOW, HIGH, MAX_TURNS = 1, 8, 3
-GROUP_SIZE, GROUPS_PER_BATCH = 8, 4
-BATCH = GROUP_SIZE * GROUPS_PER_BATCH
-MAX_TOKENS = 32  # per model turn: a guess call is 24 tokens, then the end of the turn
-TOOL_REPLY_TOKENS = 32  # a verdict between two turns, with the chat template's markup
-MAX_COMPLETION = MAX_TURNS * (MAX_TOKENS + TOOL_REPLY_TOKENS) + MAX_TOKENS  # TRL: a rollout
-TARGET = 3.0
-ARMS = ("trl", "trl-cb", "sync", "async-1", "async-2")
+ARMS = ("trl", "trl-cb", "trl-vllm", "rollgym", "rollgym-sync")
+TRL_GENERATION = {"trl": "transformers", "trl-cb": "continuous", "trl-vllm": "vllm"}
+TARGET_SHARE = 0.25  # issue 42: rollgym at TRL's final success in a quarter of TRL's time
+TOOL_REPLY_TOKENS = 32  # a tool's reply between two turns, with the template's markup
 
 
 @dataclasses.dataclass(frozen=True)
-class Row:
-    """One arm's figures; ``error`` says why an arm that failed has none."""
+class ArmRun:
+    """One arm of one run: its timing and its curve once scored; ``error`` if it failed."""
 
     arm: str
-    steps: int = 0
-    updates_per_min: float = float("nan")
-    tokens_per_s: float = float("nan")
+    seed: int
+    step_s: list[float] = dataclasses.field(default_factory=list)  # train() to step ends
+    wall_s: float = float("nan")
     env_share: float = float("nan")
     peak_mib: float = float("nan")
-    wall_s: float = float("nan")
-    load: tuple[float, float] = (float("nan"), float("nan"))
-    final_dir: str | None = None
-    success: Any = None  # rollgym.trainer.evaluate.SuccessRate, once evaluated
+    checkpoints: dict[int, str] = dataclasses.field(default_factory=dict)  # step -> weights
+    rewards: list[float] = dataclasses.field(default_factory=list)  # each step's batch mean
+    curve: list[CurvePoint] = dataclasses.field(default_factory=list)
     error: str | None = None
 
     @property
     def is_trl(self) -> bool:
         return self.arm.startswith("trl")
 
+    @property
+    def updates_per_min(self) -> float:
+        """Optimizer steps per minute from the first step's end to the last's."""
+        from bench.grpo_mode import steps_per_min
 
-def staleness_of(arm: str) -> int:
-    """``sync`` -> 0, ``async-k`` -> k."""
-    return 0 if arm == "sync" else int(arm.removeprefix("async-"))
+        return steps_per_min(self.step_s)
 
 
-# --- the shared set-up ---------------------------------------------------------------------
+# --- the configuration: the built-in run's ---------------------------------------------
 
 
-def trainer_config(
-    args: argparse.Namespace, root: Path, staleness: int = 0, max_step_kl: float | None = None
+def run_config(
+    args: argparse.Namespace, seed: int, root: Path, staleness: int | None = None
 ) -> Any:
-    from rollgym.trainer.config import TrainerConfig
+    """The built-in run's ``RunConfig`` for ``seed``: no warm start (given), no evaluation
+    of its own, ``--steps`` steps, the weights kept every ``--eval-every`` steps."""
+    from rollgym.run.flags import layered, preset_base
+    from rollgym.run.pipeline import RunConfig
+    from rollgym.trainer.config import parse_config
 
-    return TrainerConfig(
-        max_step_kl=max_step_kl,
-        output_dir=root / "grpo",
-        group_size=GROUP_SIZE,
-        groups_per_batch=GROUPS_PER_BATCH,
-        max_staleness=staleness,
-        total_steps=args.steps,
-        learning_rate=args.lr,
-        gradient_checkpointing=False,  # a 3.3M model: recomputing costs time, saves nothing
-    )
-
-
-def task_config() -> Any:
-    from rollgym.run.task import TaskConfig
-
-    return TaskConfig(
-        env_id=ENV_ID,
-        env_kwargs={"low": LOW, "high": HIGH},
-        max_turns=MAX_TURNS,
-        max_tokens=MAX_TOKENS,
-    )
+    trainer: dict[str, Any] = {
+        "learning_rate": args.lr,
+        "max_step_kl": args.max_step_kl or None,
+        "total_steps": args.steps,
+        "online_eval": None,  # scored after the run instead, for both arms
+        "guard": None,  # it acts on online evaluations
+        "checkpoint_every": args.eval_every,
+        "keep_checkpoints": max(args.steps, 2),
+    }
+    if staleness is not None:
+        trainer["max_staleness"] = staleness
+    run = {"run_dir": root, "seed": seed, "warmstart": None, "eval_episodes": 0}
+    return parse_config(RunConfig, **layered(preset_base("default"), run, {"trainer": trainer}))
 
 
-def tool_warm_start(out: Path) -> Path:
-    """The built-in warm start's demonstrations played through the tool, SFT'd once."""
-    from rollgym.contract import paths
-    from rollgym.contract.chat import chat_record, template_messages
-    from rollgym.envs.guess_tool import GUESS_TOOL, as_tool_play
-    from rollgym.run.demos import GuessDemos
-    from rollgym.run.warmstart import WarmStartConfig, demonstration_records, warm_start
+def warm_start_dir(args: argparse.Namespace) -> Path:
+    """The built-in run's warm start, made once in ``--out`` (idempotent)."""
+    from rollgym.run.flags import preset_base
+    from rollgym.run.pipeline import RunConfig
+    from rollgym.run.warmstart import warm_start
+    from rollgym.trainer.config import parse_config
 
-    built_in = WarmStartConfig()
-    game = built_in.demos
-    assert isinstance(game, GuessDemos)
-    demos = out / "demonstrations.jsonl"
-    out.mkdir(parents=True, exist_ok=True)
-    with demos.open("w") as handle:
-        for record in demonstration_records(built_in):
-            played = as_tool_play(template_messages(record), game.low, game.high)
-            handle.write(chat_record(played, tools=[GUESS_TOOL.to_openai()]).to_json() + "\n")
-    none = game.model_copy(
-        update={
-            "oracle_episodes": 0,
-            "imperfect_episodes": 0,
-            "drill_episodes": 0,
-            "endgame_episodes": 0,
-        }
-    )
-    config = built_in.model_copy(update={"demos": none, "demonstrations": demos})
-    return warm_start(config, paths.default_model_dir(), out / "warmstart", printer=print)
+    config = parse_config(RunConfig, **preset_base("default"))
+    warmstart = config.resolved_warmstart()
+    assert warmstart is not None, "the built-in run has a warm start"
+    return warm_start(warmstart, config.model_dir, args.out / "warmstart", printer=print)
 
 
-def pool_settings(boxes: int) -> dict[str, str]:
-    return {"ROLLGYM_SANDBOXES__POOL_SIZE": str(boxes)}
-
-
-def cpu_split(staleness: int, *, pinned: bool) -> Any:
-    """Synchronous: ``rollgym run``'s split (trainer and server take turns, the trainer on
-    every core). Asynchronous: both busy at once, so each on its own cores (the server one,
-    the trainer the rest) unless ``pinned`` is off."""
-    from rollgym.run.pipeline import CpuSplit
-
-    if staleness == 0 or not pinned:
-        return CpuSplit()
-    cores = os.cpu_count() or 2
-    return CpuSplit(server=1, trainer=max(cores - 1, 1), pinned=cores > 1)
+def eval_steps(args: argparse.Namespace) -> list[int]:
+    return list(range(args.eval_every, args.steps + 1, args.eval_every))
 
 
 # --- the arms, each in a child process -----------------------------------------------------
 
 
-def run_rollgym_arm(arm: str, args: argparse.Namespace, warm_dir: Path) -> Row:
-    from bench.grpo_mode import served, tokens_per_s, train_timed
+def run_rollgym_arm(arm: str, seed: int, args: argparse.Namespace, warm_dir: Path) -> ArmRun:
+    from bench.grpo_mode import served, train_timed
     from bench.memory import PeakRss
-    from rollgym.run.pipeline import RunConfig, final_weights
+    from rollgym.run.pipeline import server_settings
 
-    root = args.out / arm
-    staleness = staleness_of(arm)
-    run = RunConfig(
-        run_dir=root,
-        task=task_config(),
-        trainer=trainer_config(args, root, staleness, args.max_step_kl or None),
-        warmstart=None,
-        eval_episodes=0,
-    )
-    pool = pool_settings((staleness + 1) * BATCH)
-    threads = cpu_split(staleness, pinned=not args.unpinned)
-    with PeakRss() as peak, served(warm_dir, root / "server", pool, threads) as client:
-        timed = train_timed(run, client, warm_dir)
+    root = args.out / f"seed-{seed}" / arm
+    config = run_config(args, seed, root, staleness=0 if arm == "rollgym-sync" else None)
+    settings = {**server_settings(config), "ROLLGYM_ENGINE__SEED": str(seed)}
+    with PeakRss() as peak, served(warm_dir, root / "server", settings, config.threads) as client:
+        timed = train_timed(config, client, warm_dir)
     busy, waiting = timed.result.stage_shares["environment"]
-    return Row(
+    return ArmRun(
         arm=arm,
-        steps=timed.result.steps,
-        updates_per_min=timed.updates_per_min,
-        tokens_per_s=tokens_per_s(timed.step_ends, timed.result.trl_logs, BATCH),
+        seed=seed,
+        step_s=[timed.elapsed_s(step) for step in range(1, timed.result.steps + 1)],
+        wall_s=timed.wall_s,
         env_share=busy / max(busy + waiting, 1e-9),
         peak_mib=peak.mib,
-        wall_s=timed.wall_s,
-        load=timed.load,
-        final_dir=str(final_weights(run)),
+        checkpoints={s: str(config.grpo.output_dir / f"checkpoint-{s}") for s in eval_steps(args)},
+        rewards=[record.reward_mean for record in timed.result.records],
     )
 
 
-def run_trl_arm(arm: str, args: argparse.Namespace, warm_dir: Path) -> Row:
+def run_trl_arm(arm: str, seed: int, args: argparse.Namespace, warm_dir: Path) -> ArmRun:
     import torch
 
-    from bench.grpo_mode import steps_per_min, tokens_per_s
     from bench.memory import PeakRss
-    from bench.peers_trl import ExecBoxes, GuessGame, train_trl
-    from rollgym.envs.guess_tool import opening
-    from rollgym.envs.programs import Meter
+    from bench.peers_trl import ExecPool, train_trl
+    from rollgym.doors.trl import TrlEnvironments
+    from rollgym.envs.compute import PYTHON_TOOL
 
     torch.set_num_threads(os.cpu_count() or 1)  # one process: generation and training
-    root = args.out / arm
-    prompts = [
-        {"prompt": list(opening(LOW, HIGH)), "seed": seed}
-        for seed in range(args.steps * GROUPS_PER_BATCH)
-    ]  # the training task seeds of rollgym's rollout job: 0, 1, 2, ...
-    meter = Meter()
-    load_before = os.getloadavg()[0]
-    with ExecBoxes() as boxes, PeakRss() as peak:
-        run = train_trl(
-            trainer_config(args, root),
-            warm_dir,
-            lambda: GuessGame(boxes.start(), meter, low=LOW, high=HIGH, max_guesses=MAX_TURNS),
-            prompts,
-            max_completion_length=MAX_COMPLETION,
-            max_turns=MAX_TURNS,
-            continuous_batching=arm == "trl-cb",
-            meter=meter,
-            final_dir=root / "final",
-        )
-    return Row(
+    root = args.out / f"seed-{seed}" / arm
+    config = run_config(args, seed, root)
+    task = config.task
+    trainer = config.grpo  # TRL has no trust region: its max_step_kl is never read
+    # the rollout job's training seeds, in its order (seed 0: 0, 1, 2, ...)
+    seeds = config.rollout_job().seeds or range(args.steps * trainer.groups_per_batch)
+    pool = ExecPool(trainer.group_size * trainer.groups_per_batch)
+    environments = TrlEnvironments(
+        task.env_id, sandbox_pool=pool, max_turns=task.max_turns, **task.env_kwargs
+    )
+    try:
+        with PeakRss() as peak:
+            run = train_trl(
+                trainer,
+                warm_dir,
+                environments,
+                list(seeds)[: args.steps * trainer.groups_per_batch],
+                [PYTHON_TOOL.to_openai()],
+                max_completion_length=task.max_turns * task.max_tokens
+                + (task.max_turns - 1) * TOOL_REPLY_TOKENS,
+                max_turns=task.max_turns - 1,  # calls; the reply after the last is the answer
+                generation=TRL_GENERATION[arm],
+                save_every=args.eval_every,
+            )
+    finally:
+        environments.close()
+        pool.close()
+    return ArmRun(
         arm=arm,
-        steps=len(run.step_ends),
-        updates_per_min=steps_per_min(run.step_ends),
-        tokens_per_s=tokens_per_s(run.step_ends, run.trl_logs, BATCH),
+        seed=seed,
+        step_s=run.step_s,
+        wall_s=run.wall_s,
         env_share=run.env_s / run.wall_s,
         peak_mib=peak.mib,
-        wall_s=run.wall_s,
-        load=(load_before, os.getloadavg()[0]),
-        final_dir=str(root / "final"),
+        checkpoints={s: str(trainer.output_dir / f"checkpoint-{s}") for s in eval_steps(args)},
+        rewards=[log["reward"] for log in run.trl_logs if "reward" in log],
     )
 
 
-def arm_in_child(arm: str, args: argparse.Namespace) -> Row:
-    """Run ``arm`` in a fresh interpreter (its memory its own); its row, or why it failed."""
-    root = args.out / arm
+def arm_in_child(arm: str, seed: int, args: argparse.Namespace) -> ArmRun:
+    """Run ``arm`` in a fresh interpreter (its memory its own); its timing, or why it failed."""
+    root = args.out / f"seed-{seed}" / arm
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     command = [
-        sys.executable, "-m", "bench.peers", "--only-arm", arm,
-        "--steps", str(args.steps), "--lr", str(args.lr), "--out", str(args.out),
-        "--max-step-kl", str(args.max_step_kl), *(["--unpinned"] if args.unpinned else []),
+        sys.executable, "-m", "bench.peers", "--only-arm", arm, "--first-seed", str(seed),
+        "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--out", str(args.out),
+        "--lr", str(args.lr), "--max-step-kl", str(args.max_step_kl),
     ]  # fmt: skip
     with (root / "arm.log").open("wb") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     result = root / "arm.json"
     if code == 0 and result.is_file():
-        values = json.loads(result.read_text())
-        return Row(**{**values, "load": tuple(values["load"])})
+        return arm_from_json(json.loads(result.read_text()))
     lines = (root / "arm.log").read_text(errors="replace").strip().splitlines()
-    return Row(arm=arm, error=f"exit code {code}: {lines[-1] if lines else 'no output'}")
+    return ArmRun(arm, seed, error=f"exit code {code}: {lines[-1] if lines else 'no output'}")
 
 
-def evaluate(rows: list[Row], warm_dir: Path, args: argparse.Namespace) -> tuple[Any, list[Row]]:
-    """Held-out success of the warm start and of every arm's final weights, on one server."""
+def score(runs: list[ArmRun], seed: int, args: argparse.Namespace, warm_dir: Path) -> Any:
+    """Held-out success of the warm start and of every arm's kept weights, on one server;
+    the warm start's, and ``runs`` with their curves (the kept weights deleted after)."""
     from bench.grpo_mode import served
-    from rollgym.contract.wire import SamplingSettings
+    from rollgym.run.pipeline import server_settings
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
 
-    def success(client: Any, model_dir: Path) -> Any:
+    config = run_config(args, seed, args.out / f"seed-{seed}" / "eval")
+    task = config.task
+    settings = {**server_settings(config), "ROLLGYM_ENGINE__SEED": str(seed)}
+
+    def success(client: Any, weights: str | Path) -> Any:
         return evaluate_weights(
             client,
-            model_dir,
-            env_id=ENV_ID,
-            env_kwargs={"low": LOW, "high": HIGH},
+            Path(weights),
+            env_id=task.env_id,
+            env_kwargs=dict(task.env_kwargs),
             seeds=held_out_seeds(args.eval_episodes),
-            max_turns=MAX_TURNS,
-            sampling=SamplingSettings(temperature=1.0, max_tokens=MAX_TOKENS),
+            max_turns=task.max_turns,
+            sampling=config.sampling(),
         )
 
-    with served(warm_dir, args.out / "eval-server", pool_settings(BATCH)) as client:
+    scored = []
+    with served(warm_dir, config.run_dir / "server", settings) as client:
         warm = success(client, warm_dir)
-        rated = [
-            dataclasses.replace(row, success=success(client, Path(row.final_dir)))
-            if row.final_dir
-            else row
-            for row in rows
-        ]
-    return warm, rated
+        for run in runs:
+            if run.error is not None:
+                scored.append(run)
+                continue
+            curve = [CurvePoint(0, 0.0, warm)]
+            for step, weights in sorted(run.checkpoints.items()):
+                curve.append(CurvePoint(step, run.step_s[step - 1], success(client, weights)))
+                shutil.rmtree(weights)  # 0.5 GB each; the numbers are kept
+            scored.append(dataclasses.replace(run, curve=curve))
+    return warm, scored
 
 
-# --- the table -------------------------------------------------------------------------
+# --- the tables --------------------------------------------------------------------------
 
 
-def verdict_lines(rows: Sequence[Row]) -> list[str]:
-    """The target's verdict: the best rollgym async arm against the faster TRL arm."""
-    trl = [r for r in rows if r.is_trl and r.error is None]
-    asyncs = [r for r in rows if r.arm.startswith("async") and r.error is None]
-    if not trl or not asyncs:
-        return ["no verdict: it needs a TRL arm and an asynchronous rollgym arm that ran"]
-    base = max(trl, key=lambda r: r.updates_per_min)
-    best = max(asyncs, key=lambda r: r.updates_per_min)
-    speedup = best.updates_per_min / base.updates_per_min
-    lines = [f"best asynchronous rollgym arm: {best.arm}, {speedup:.2f}x {base.arm}"]
-    lines.append(f"  {'met' if speedup >= TARGET else 'NOT MET':<8}>= {TARGET:g}x TRL alone")
-    if best.success is None or base.success is None:
-        lines.append("  unknown  success: not evaluated")
-    else:
-        held = best.success.rate >= base.success.low
-        lines.append(
-            f"  {'met' if held else 'NOT MET':<8}its held-out success "
-            f"{100 * best.success.rate:.1f}% inside {base.arm}'s 95% CI "
-            f"({100 * base.success.low:.1f}-{100 * base.success.high:.1f}%) or above"
-        )
-    return lines
+def level_of(runs: Sequence[ArmRun]) -> tuple[ArmRun | None, float | None]:
+    """The first TRL arm that ran, and its final success (the level every arm is timed to)."""
+    trl = next((r for r in runs if r.is_trl and r.error is None and r.curve), None)
+    return trl, (final_success(trl.curve).rate if trl else None)
 
 
-def table_lines(rows: Sequence[Row], warm: Any, args: argparse.Namespace) -> list[str]:
-    ran = [r for r in rows if r.is_trl and r.error is None]
-    base = ran[0] if ran else Row(arm="trl")  # the first TRL arm that ran
+def shares(runs: Sequence[ArmRun]) -> dict[str, float | None]:
+    """Each arm's time to the TRL arm's final success, as a share of the TRL arm's own."""
+    trl, level = level_of(runs)
+    if trl is None or level is None:
+        return {}
+    base = time_to(trl.curve, level)
+    out: dict[str, float | None] = {}
+    for run in runs:
+        at = time_to(run.curve, level) if run.curve else None
+        out[run.arm] = None if at is None or not base else at / base
+    return out
+
+
+def gain(run: ArmRun) -> tuple[float, float, float]:
+    """The final success over the warm start (the curve's first point), with Newcombe's
+    95% interval, in points."""
+    warm, final = run.curve[0].success, final_success(run.curve)
+    low, high = difference_interval(warm, final)
+    return 100 * (final.rate - warm.rate), 100 * low, 100 * high
+
+
+def run_lines(warm: Any, runs: Sequence[ArmRun]) -> list[str]:
+    trl, level = level_of(runs)
+    share_of = shares(runs)
     lines = [
-        f"GRPO on {ENV_ID} ({LOW}..{HIGH}, {MAX_TURNS} turns), {args.steps} steps per arm, "
-        f"batch {GROUPS_PER_BATCH} groups x {GROUP_SIZE}, lr {args.lr:g}"
-        + (f", rollgym's trust region {args.max_step_kl:g}" if args.max_step_kl else ""),
-        f"{'arm':<9}{'updates/min':>12}{'vs ' + base.arm:>10}{'tokens/s':>10}{'env share':>10}"
-        f"{'peak MiB':>10}{'wall s':>8}  held-out success (95% CI)",
+        f"seed {runs[0].seed}: warm start {warm}; level = {trl.arm if trl else 'TRL'}'s final "
+        + (f"{100 * level:.1f}%" if level is not None else "(none)"),
+        f"{'arm':<13}{'upd/min':>8}{'env':>6}{'peak MiB':>9}{'wall s':>8}"
+        f"{'final':>8}{'gain (95% CI)':>22}{'to level':>10}{'share':>7}  curve (s: %)",
     ]
-    for row in rows:
-        if row.error is not None:
-            lines.append(f"{row.arm:<9}failed: {row.error}")
+    for run in runs:
+        if run.error is not None or not run.curve:
+            lines.append(f"{run.arm:<13}failed: {run.error}")
             continue
+        final = final_success(run.curve)
+        points, low, high = gain(run)
+        at = time_to(run.curve, level) if level is not None else None
+        share = share_of.get(run.arm)
+        curve = " ".join(f"{p.at_s:.0f}:{100 * p.success.rate:.0f}" for p in run.curve)
         lines.append(
-            f"{row.arm:<9}{row.updates_per_min:>12.2f}"
-            f"{row.updates_per_min / base.updates_per_min:>9.2f}x"
-            f"{row.tokens_per_s:>10.0f}{100 * row.env_share:>9.0f}%{row.peak_mib:>10.0f}"
-            f"{row.wall_s:>8.0f}  {row.success if row.success is not None else 'not evaluated'}"
+            f"{run.arm:<13}{run.updates_per_min:>8.2f}{100 * run.env_share:>5.0f}%"
+            f"{run.peak_mib:>9.0f}{run.wall_s:>8.0f}{100 * final.rate:>7.1f}%"
+            f"{f'{points:+.1f} ({low:+.1f}, {high:+.1f})':>22}"
+            f"{'never' if at is None else f'{at:.0f} s':>10}"
+            f"{'-' if share is None else f'{share:.2f}':>7}  {curve}"
         )
-    lines.append(f"warm start (before RL): {warm}")
     return lines
 
 
-def print_report(rows: Sequence[Row], warm: Any, args: argparse.Namespace) -> None:
-    print("\n" + "\n".join(table_lines(rows, warm, args)))
-    print("\n" + "\n".join(verdict_lines(rows)))
-    loads = ", ".join(f"{r.arm} {r.load[0]:.1f}->{r.load[1]:.1f}" for r in rows if not r.error)
-    print(f"\nload average (1 min) before->after each arm: {loads}; now {os.getloadavg()[0]:.1f}")
-    print(f"on {os.cpu_count()} cores")
+def verdict_lines(runs_by_seed: Sequence[Sequence[ArmRun]]) -> list[str]:
+    """Issue 42's targets over every run, for the rollgym arm with the lowest median share."""
+    if not runs_by_seed:
+        return ["no verdict: no run"]
+    all_shares = [shares(runs) for runs in runs_by_seed]
+    ran = [{r.arm for r in runs if not r.is_trl and r.error is None} for runs in runs_by_seed]
+    arms = set.intersection(*ran)  # rollgym arms that ran in every run
+    if not arms or not all(all_shares):
+        return ["no verdict: it needs a TRL arm and a rollgym arm that ran in every run"]
+
+    def median_share(arm: str) -> float:
+        values = [s.get(arm) for s in all_shares]
+        return statistics.median(v if v is not None else float("inf") for v in values)
+
+    best = min(sorted(arms), key=median_share)
+    n = len(runs_by_seed)
+    within = sum((s.get(best) or float("inf")) <= TARGET_SHARE for s in all_shares)
+    as_good = learned = 0
+    for runs in runs_by_seed:
+        trl, _ = level_of(runs)
+        ours = next((r for r in runs if r.arm == best and r.curve), None)
+        if trl is None or ours is None:
+            continue
+        as_good += final_success(ours.curve).rate >= final_success(trl.curve).low
+        learned += gain(ours)[1] > 0 and gain(trl)[1] > 0
+    shown = ", ".join("never" if s.get(best) is None else f"{s[best]:.2f}" for s in all_shares)
+
+    def verdict(count: int) -> str:
+        return "met" if count == n else "NOT MET"
+
+    return [
+        f"best rollgym arm: {best} (time to TRL's final success, share of TRL's: {shown})",
+        f"  {verdict(learned):<8}both arms learn (each gain's 95% interval above 0): {learned} of {n}",
+        f"  {verdict(within):<8}<= {TARGET_SHARE:g} of TRL's time to its final success: "
+        f"{within} of {n}",
+        f"  {verdict(as_good):<8}ends inside TRL's 95% interval or above: {as_good} of {n}",
+    ]
+
+
+def print_report(results: list[tuple[Any, list[ArmRun]]]) -> None:
+    for warm, runs in results:
+        print("\n" + "\n".join(run_lines(warm, runs)))
+    print("\n" + "\n".join(verdict_lines([runs for _, runs in results])))
+    print(f"\non {os.cpu_count()} cores; load average now {os.getloadavg()[0]:.1f}")
+
+
+# --- results.json --------------------------------------------------------------------------
+
+
+def arm_to_json(run: ArmRun) -> dict[str, Any]:
+    data = dataclasses.asdict(run)
+    data["curve"] = [
+        {"step": p.step, "at_s": p.at_s, "success": dataclasses.asdict(p.success)}
+        for p in run.curve
+    ]
+    return data
+
+
+def arm_from_json(data: dict[str, Any]) -> ArmRun:
+    from rollgym.trainer.evaluate import SuccessRate
+
+    curve = [CurvePoint(p["step"], p["at_s"], SuccessRate(**p["success"])) for p in data["curve"]]
+    checkpoints = {int(step): path for step, path in data["checkpoints"].items()}
+    return ArmRun(**{**data, "curve": curve, "checkpoints": checkpoints})
+
+
+def save(results: list[tuple[Any, list[ArmRun]]], args: argparse.Namespace) -> None:
+    data = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "runs": [
+            {"warm_start": dataclasses.asdict(warm), "arms": [arm_to_json(r) for r in runs]}
+            for warm, runs in results
+        ],
+        "verdict": verdict_lines([runs for _, runs in results]),
+    }
+    (args.out / "results.json").write_text(json.dumps(data, indent=2))
+
+
+def load(path: Path) -> list[tuple[Any, list[ArmRun]]]:
+    from rollgym.trainer.evaluate import SuccessRate
+
+    data = json.loads(path.read_text())
+    return [
+        (SuccessRate(**run["warm_start"]), [arm_from_json(arm) for arm in run["arms"]])
+        for run in data["runs"]
+    ]
 
 
 def main() -> None:
     quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--eval-episodes", type=int, default=200)
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"a subset of {','.join(ARMS)}")
-    # bench.trainer's rate: over 30 steps 2e-4 sometimes collapses a run (docs/training.md)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--out", type=Path, default=Path(".data/bench-peers"))
+    parser.add_argument("--runs", type=int, default=3, help="runs, seeds first-seed ...")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per arm")
+    parser.add_argument("--eval-every", type=int, default=1, help="steps between scored points")
+    parser.add_argument("--eval-episodes", type=int, default=100, help="held-out seeds a point")
+    parser.add_argument("--arms", default="trl,rollgym", help=f"some of {','.join(ARMS)}")
+    parser.add_argument("--lr", type=float, default=1e-5, help="every arm's learning rate")
     parser.add_argument(
         "--max-step-kl",
         type=float,
-        default=0.02,
-        help="rollgym's trust region on its arms (the built-in run's; TRL has none); 0: off",
+        default=0.0,
+        help="rollgym's trust region (TRL has none); 0: off",
     )
-    parser.add_argument(
-        "--unpinned",
-        action="store_true",
-        help="asynchronous arms: trainer and server on all cores, not each on its own",
-    )
+    parser.add_argument("--out", type=Path, default=Path(".data/bench-peers"))
+    parser.add_argument("--report", type=Path, help="print a finished run's results.json again")
     parser.add_argument("--only-arm", choices=ARMS, help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args()
+    if args.report:
+        print_report(load(args.report))
+        return
     args.out = args.out.resolve()
     if args.only_arm:
-        run = run_trl_arm if args.only_arm.startswith("trl") else run_rollgym_arm
-        row = run(args.only_arm, args, args.out / "warmstart")
-        (args.out / args.only_arm / "arm.json").write_text(json.dumps(dataclasses.asdict(row)))
+        arm, seed = args.only_arm, args.first_seed
+        run = run_trl_arm if arm.startswith("trl") else run_rollgym_arm
+        done = run(arm, seed, args, args.out / "warmstart")
+        (args.out / f"seed-{seed}" / arm / "arm.json").write_text(json.dumps(arm_to_json(done)))
         return
     arms = args.arms.split(",")
     if unknown := sorted(set(arms) - set(ARMS)):
         parser.error(f"unknown arms {unknown}; choose from {','.join(ARMS)}")
-    warm_dir = tool_warm_start(args.out)
-    rows = [arm_in_child(arm, args) for arm in arms]
-    warm, rows = evaluate(rows, warm_dir, args)
-    print_report(rows, warm, args)
-    results = {
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "warm_start": str(warm),
-        "arms": [{**dataclasses.asdict(r), "success_text": str(r.success)} for r in rows],
-        "verdict": verdict_lines(rows),
-    }
-    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    warm_dir = warm_start_dir(args)
+    results = []
+    for seed in range(args.first_seed, args.first_seed + args.runs):
+        runs = [arm_in_child(arm, seed, args) for arm in arms]
+        results.append(score(runs, seed, args, warm_dir))
+        print("\n" + "\n".join(run_lines(*results[-1])), flush=True)
+        save(results, args)
+    print_report(results)
 
 
 if __name__ == "__main__":

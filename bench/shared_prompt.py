@@ -10,7 +10,7 @@ prompt (one of them left-padded) and completions of mixed lengths, random tokens
 fused LM head, float32, the trainer's threads (all cores). Timed: forward, a loss over the
 completion tokens, backward; the median of ``--repeats`` after one untimed. Also printed:
 the largest difference between the two ways' logprobs. The default model at
-``bench.peers``' shape (GuessTool: a 230-token prompt with its tool schema, up to 190
+GuessTool's shape (``bench.peers``' task until 2026-12-07: a 230-token prompt with its tool schema, up to 190
 tokens sampled and replied, 4 groups of 8); SmolLM2-135M, when pulled, at a smaller one.
 ``--device cuda`` times it on a GPU (the trainer's side of a GPU host); ``--random-weights``
 builds each model from its ``config.json`` alone, with random weights (the timings do not

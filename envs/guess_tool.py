@@ -1,7 +1,6 @@
 """GuessTool: GuessNumber played through a sandboxed tool, ``guess(number)``.
 
-The game of ``envs.guess_number`` with range feedback (1..8 and 3 turns in
-``bench.peers``), but each guess is a tool call and its verdict comes from a program run
+The game of ``envs.guess_number`` with range feedback, but each guess is a tool call and its verdict comes from a program run
 in the box (``envs.guess_verdict``, one ``python3`` process per guess), the way an agent's
 tools run in a sandbox::
 
@@ -22,8 +21,7 @@ not give, is an infrastructure failure.
 
 ``GUESS_TOOL`` is the tool as transformers' ``get_json_schema`` derives it from a documented
 ``def guess(self, number: int) -> str`` (TRL's environments declare their tools that way),
-so an agent sees the same prompt here as in ``bench.peers``' TRL arm. ``as_tool_play`` turns
-a GuessNumber conversation (``envs.guess_demos``) into this env's, for a warm start.
+so an agent sees the same prompt here as through TRL's ``environment_factory``.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +66,6 @@ GUESS_TOOL = Tool(
 )
 VERDICT_PROGRAM = ("python3", "-I", "-S", "-c", Path(guess_verdict.__file__).read_text("utf-8"))
 CALL_FORMAT = '<tool_call>{"name": "guess", "arguments": {"number": ...}}</tool_call>'
-CLOSING = "Done."  # a won game's last message in the demonstrations (see as_tool_play)
 
 
 def opening(low: int, high: int) -> tuple[Message, Message]:
@@ -178,32 +175,3 @@ class GuessToolEnv(SandboxEnv[GuessStep, GuessEpisode]):
 
     def _episode(self) -> GuessEpisode:
         return GuessEpisode(found=self._found, turns=self.turns)
-
-
-def as_tool_play(
-    conversation: Sequence[Mapping[str, Any]], low: int, high: int
-) -> list[dict[str, Any]]:
-    """A GuessNumber conversation (range feedback) as GuessTool plays it.
-
-    The system prompt becomes this env's; each guess a ``guess`` call (its ``weight``
-    kept); each verdict the tool's message. A won game ends with a short closing message
-    (``CLOSING``): rollgym's env ends the episode at "Correct!" and never samples it, while
-    TRL's tool loop only ends when the model answers without a call.
-
-    >>> as_tool_play([{"role": "system", "content": "..."}, {"role": "user", "content": "Go"},
-    ...               {"role": "assistant", "content": "3"}, {"role": "user", "content": "Correct!"}],
-    ...              1, 8)[2:]  # doctest: +NORMALIZE_WHITESPACE
-    [{'role': 'assistant', 'content': '<tool_call>{"name": "guess", "arguments": {"number": 3}}</tool_call>'},
-     {'role': 'tool', 'content': 'Correct!'}, {'role': 'assistant', 'content': 'Done.'}]
-    """
-    out: list[dict[str, Any]] = [dict(opening(low, high)[0])]
-    for index, message in enumerate(conversation[1:], start=1):
-        if message["role"] == "assistant":
-            out.append({**message, "content": guess_call(int(message["content"]))})
-        elif index == 1:
-            out.append(dict(message))  # the opening question, the same words
-        else:
-            out.append({"role": "tool", "content": message["content"]})
-    if out[-1]["content"] == FEEDBACK["correct"]:
-        out.append({"role": "assistant", "content": CLOSING})
-    return out

@@ -136,21 +136,24 @@ class RollgymWorkerExtension:
         return True
 
     def _rollgym_retie_lm_head(self) -> None:
-        """Tie the output head to the reloaded input embedding again.
+        retie_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]
 
-        vLLM 0.32's layerwise reload replaces the embedding's parameter but finds nothing
-        to load for a tied ``lm_head``, so it puts the head's OLD tensors back (and, on
-        CPU, keeps the GEMM kernel packed from them): logits would come from the old
-        weights. Re-tying and re-processing the head makes it use the new embedding.
-        """
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        config = getattr(model, "config", None)
-        lm_head = getattr(model, "lm_head", None)
-        embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-        if not getattr(config, "tie_word_embeddings", False) or lm_head is None or embed is None:
-            return
-        lm_head.tie_weights(embed)
-        lm_head.quant_method.process_weights_after_loading(lm_head)
+
+def retie_lm_head(model: Any) -> None:
+    """Tie a vLLM model's output head to its reloaded input embedding again.
+
+    vLLM 0.32's layerwise reload replaces the embedding's parameter but finds nothing to
+    load for a tied ``lm_head``, so it puts the head's OLD tensors back (and, on CPU, keeps
+    the GEMM kernel packed from them): logits would come from the old weights. Re-tying
+    and re-processing the head makes it use the new embedding.
+    """
+    config = getattr(model, "config", None)
+    lm_head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if not getattr(config, "tie_word_embeddings", False) or lm_head is None or embed is None:
+        return
+    lm_head.tie_weights(embed)
+    lm_head.quant_method.process_weights_after_loading(lm_head)
 
 
 def _expand_batch_to_tokens(

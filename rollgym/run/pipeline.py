@@ -94,7 +94,7 @@ class CpuSplit(BaseModel):
     those this process may use, the server and its engine the next ``server``; sandboxes
     run anywhere): for an asynchronous run whose server samples as long as the trainer
     trains, where OpenMP threads sharing cores with a busy server stall at their barriers
-    (``bench.peers``' asynchronous arms, docs/benchmarks.md)."""
+    (``bench.peers``' asynchronous arms on GuessTool, docs/benchmarks.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -389,14 +389,7 @@ def _rollout_server(
             client.wait_until_ready(config.server_wait_s)
         yield client_config
         return
-    settings = config.task.sandbox_settings()
-    lora = config.trainer.lora
-    if lora is not None and lora.serve == "adapter":  # the server serves what is pushed
-        settings["ROLLGYM_ENGINE__LORA__MAX_RANK"] = str(served_lora_rank(lora.rank))
-    # the warm start's weights keep the family of the model they started from
-    settings["ROLLGYM_TOOL_PARSER"] = os.environ.get(
-        "ROLLGYM_TOOL_PARSER", tool_parser_for(config.model_dir)
-    )
+    settings = server_settings(config)
     if config.servers > 1:
         printer(f"[2/5] starting {config.servers} rollout servers on Ray behind a router")
         with ClusterProcess(
@@ -422,6 +415,20 @@ def _rollout_server(
         cores=cores,
     ) as server:
         yield server.client_config()
+
+
+def server_settings(config: RunConfig) -> dict[str, str]:
+    """What a rollout server for ``config`` is started with (``ROLLGYM_*`` variables): the
+    task's boxes, the LoRA rank an adapter server takes, the model family's tool parser."""
+    settings = config.task.sandbox_settings()
+    lora = config.trainer.lora
+    if lora is not None and lora.serve == "adapter":  # the server serves what is pushed
+        settings["ROLLGYM_ENGINE__LORA__MAX_RANK"] = str(served_lora_rank(lora.rank))
+    # the warm start's weights keep the family of the model they started from
+    settings["ROLLGYM_TOOL_PARSER"] = os.environ.get(
+        "ROLLGYM_TOOL_PARSER", tool_parser_for(config.model_dir)
+    )
+    return settings
 
 
 def final_weights(config: RunConfig) -> Path:

@@ -1,184 +1,189 @@
-"""bench.peers: the TRL arm's environment (on a fake exec: the in-box program run on the
-host), that TRL lays out the same tokens as rollgym's codec, and the table's verdict.
-The docker tier runs the environment on a real container."""
+"""bench.peers: both arms train the built-in run's settings, TRL lays out the tokens
+rollgym's codec does (so one warm start serves both), and the time-to-quality verdict.
+The docker tier runs the TRL arm's exec boxes on real containers
+(tests/docker/test_bench_peers_docker.py)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
 from pathlib import Path
 
-import gymnasium
 import pytest
-from gymnasium.utils import seeding
 
 from bench.grpo_mode import steps_per_min, tokens_per_s
 from bench.memory import PeakRss
-from bench.peers import Row, table_lines, verdict_lines
-from bench.peers_trl import GAME_OVER, GuessGame
-from rollgym.envs.errors import ActionError, InfraError
-from rollgym.envs.guess_number import pick_target
-from rollgym.envs.guess_tool import GUESS_TOOL, guess_call, opening
-from rollgym.envs.programs import Meter
-from rollgym.sandboxes.config import PoolConfig
-from rollgym.sandboxes.fake import FakeSandboxPool
-from rollgym.trainer.evaluate import SuccessRate
+from bench.peers import (
+    ArmRun,
+    arm_from_json,
+    arm_to_json,
+    run_config,
+    run_lines,
+    shares,
+    verdict_lines,
+)
+from bench.peers_trl import tool_listing_template
+from bench.trainer import CurvePoint
+from rollgym.trainer.evaluate import SuccessRate, wilson_interval
+
+N = 100  # held-out episodes a point
 
 
-class FakeExec:
-    """Runs the command on the host instead of in a box, and counts the calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, argv: list[str]) -> tuple[int, str]:
-        self.calls += 1
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return done.returncode, done.stdout
+def rate(successes: int) -> SuccessRate:
+    return SuccessRate(successes, N, *wilson_interval(successes, N), successes / N)
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with FakeSandboxPool(PoolConfig(size=1, health_interval_s=0)) as pool:
-        yield pool
+def arm(name: str, points: list[tuple[float, int]], seed: int = 0) -> ArmRun:
+    """An arm whose curve is ``(seconds, successes of 100)`` at steps 0, 1, 2, ..."""
+    curve = [CurvePoint(step, at, rate(k)) for step, (at, k) in enumerate(points)]
+    return ArmRun(
+        name,
+        seed,
+        step_s=[at for at, _ in points[1:]],
+        wall_s=points[-1][0],
+        env_share=0.1,
+        peak_mib=1.0,
+        curve=curve,
+    )
 
 
-def rollgym_return(pool, seed: int, actions: list[str]) -> tuple[list[str], float]:
-    env = gymnasium.make("rollgym/GuessTool-v0", sandbox_pool=pool)
-    env.reset(seed=seed)
-    replies, total = [], 0.0
-    for action in actions:
-        obs, reward, terminated, truncated, _ = env.step(action)
-        replies.append(obs[0]["content"])
-        total += reward
-        if terminated or truncated:
-            break
-    env.close()
-    return replies, total
+def test_the_arms_train_the_built_in_runs_settings(tmp_path: Path) -> None:
+    from rollgym.run.flags import preset_base
+    from rollgym.run.pipeline import RunConfig
+    from rollgym.trainer.config import parse_config
+
+    args = argparse.Namespace(steps=6, eval_every=2, lr=1e-5, max_step_kl=0.0)
+    built_in = parse_config(RunConfig, **preset_base("default"))
+    config = run_config(args, 3, tmp_path)
+    same = ("group_size", "groups_per_batch", "temperature", "max_staleness", "beta", "loss_type")
+    assert {k: getattr(config.trainer, k) for k in same} == {
+        k: getattr(built_in.trainer, k) for k in same
+    }
+    assert (config.trainer.learning_rate, config.trainer.max_step_kl) == (1e-5, None)
+    args.max_step_kl = 0.02  # the built-in run's trust region, when asked for
+    assert run_config(args, 3, tmp_path).trainer.max_step_kl == built_in.trainer.max_step_kl
+    assert config.task == built_in.task and config.model_dir == built_in.model_dir
+    assert (config.trainer.total_steps, config.trainer.checkpoint_every) == (6, 2)
+    assert config.trainer.online_eval is None and config.warmstart is None
+    assert config.rollout_job().seeds[:2] == [300_000, 300_001]  # the seed's own tasks
+    assert run_config(args, 3, tmp_path, staleness=0).trainer.max_staleness == 0
 
 
-def trl_return(seed: int, guesses: list[int]) -> tuple[list[str], float]:
-    game = GuessGame(FakeExec(), Meter())
-    game.reset(seed=seed, prompt=list(opening(1, 8)))
-    replies = []
-    for number in guesses:
-        try:
-            replies.append(game.guess(number))
-        except (ActionError, ValueError) as exc:
-            replies.append(str(exc))
-    return replies, game.get_reward()
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-@pytest.mark.parametrize("guesses", [[4, 6, 7], [9, 2, 5]])
-def test_the_trl_game_plays_guess_tool_on_the_same_seed(seed, guesses, pool) -> None:
-    """Same seed, same guesses: the same replies and the same reward in both arms."""
-    replies, reward = rollgym_return(pool, seed, [guess_call(n) for n in guesses])
-    assert trl_return(seed, guesses[: len(replies)]) == (replies, pytest.approx(reward))
-
-
-def target_of(seed: int) -> int:
-    """The target GuessTool hides for ``seed``."""
-    return pick_target({}, seeding.np_random(seed)[0], 1, 8)
-
-
-def test_after_the_game_no_guess_reaches_the_box() -> None:
-    run, meter = FakeExec(), Meter()
-    game = GuessGame(run, meter, max_guesses=3)
-    target = target_of(0)
-    game.reset(seed=0)
-    assert game.guess(target) == "Correct!"
-    with pytest.raises(ValueError, match=GAME_OVER):
-        game.guess(target)
-    game.reset(seed=0)
-    for _ in range(3):
-        game.guess(1 if target != 1 else 2)
-    with pytest.raises(ValueError, match=GAME_OVER):
-        game.guess(target)
-    assert run.calls == 4 and game.get_reward() == 0.0 and meter.seconds > 0
-
-
-def test_a_box_that_fails_or_lies_is_an_error_not_a_verdict() -> None:
-    wrong = 1 if target_of(0) != 1 else 2
-    game = GuessGame(lambda argv: (1, ""), Meter())
-    game.reset(seed=0)
-    with pytest.raises(RuntimeError, match="exited with 1"):
-        game.guess(wrong)
-    game = GuessGame(lambda argv: (0, '{"reply": "Correct!", "low": 1, "high": 1}'), Meter())
-    game.reset(seed=0)
-    with pytest.raises(InfraError):
-        game.guess(wrong)
-
-
-def test_trl_lays_out_the_tokens_rollgyms_codec_does(default_model_dir: Path) -> None:
-    """The same prompt (the tool as TRL derives it from ``guess``), the same tool replies,
-    and a sampled call parsed into ``guess(number)``: one warm start serves both arms."""
+def test_trl_lays_out_the_tokens_rollgyms_codec_does(smollm2_dir: Path, tmp_path: Path) -> None:
+    """SmolLM2's template ignores tools; with ``tool_listing_template`` TRL shows the built-in
+    task's prompt and tool replies token for token as rollgym's codec, and reads a sampled
+    call as a call of ``python(code)``."""
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from transformers.utils import get_json_schema
     from trl import GRPOTrainer
     from trl.chat_template_utils import parse_response
 
-    from bench.peers_trl import grpo_config
-    from rollgym.doors.trl import quiet_experimental, response_template
+    from rollgym.doors.trl import (
+        TrlEnvironments,
+        closing_reward,
+        quiet_experimental,
+        response_template,
+    )
+    from rollgym.envs.compute import PYTHON_TOOL
+    from rollgym.envs.scripted import tool_call
+    from rollgym.sandboxes.config import PoolConfig
+    from rollgym.sandboxes.fake import FakeSandboxPool
     from rollgym.server.conversation.codec import ChatCodec
     from rollgym.trainer.config import TrainerConfig
+    from rollgym.trainer.grpo import grpo_args
 
-    assert get_json_schema(GuessGame.guess) == GUESS_TOOL.to_openai()
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    codec = ChatCodec.from_model_dir(smollm2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    tokenizer.chat_template = tool_listing_template(tokenizer, [PYTHON_TOOL.to_openai()])
     tokenizer.response_template = response_template()
-    config = TrainerConfig(output_dir=Path("unused"), total_steps=1)
-    with quiet_experimental():
-        grpo = GRPOTrainer(
-            model=str(default_model_dir),
-            args=grpo_config(config, max_completion_length=64, max_turns=3, cb=False),
-            train_dataset=Dataset.from_list([{"prompt": list(opening(1, 8)), "seed": 0}]),
-            processing_class=tokenizer,
-            environment_factory=lambda: GuessGame(FakeExec(), Meter()),
-        )
-    codec = ChatCodec(tokenizer)
+    config = TrainerConfig(output_dir=tmp_path, total_steps=1)
+    pool = FakeSandboxPool(PoolConfig(size=1, health_interval_s=0))
+    with pool, TrlEnvironments("rollgym/Compute-v0", sandbox_pool=pool) as environments:
+        rows = environments.rows([0])
+        with quiet_experimental():
+            grpo = GRPOTrainer(
+                model=str(smollm2_dir),
+                args=grpo_args(config, max_completion_length=64, save_strategy="no"),
+                train_dataset=Dataset.from_list(rows),
+                processing_class=tokenizer,
+                environment_factory=environments,
+                reward_funcs=[closing_reward],
+            )
     grpo._batch_environments = [None]
-    prompt_ids, _, _ = grpo._tokenize_prompts([list(opening(1, 8))])
-    first = codec.first_prompt(list(opening(1, 8)), tools=[GUESS_TOOL.to_openai()])
+    prompt_ids, _, _ = grpo._tokenize_prompts([rows[0]["prompt"]])
+    first = codec.first_prompt(rows[0]["prompt"], tools=[PYTHON_TOOL.to_openai()])
     assert list(prompt_ids[0]) == first
-    reply = {"role": "tool", "content": "Higher. From 5 to 8."}
-    assert grpo._get_tool_suffix_ids([{**reply, "name": "guess"}]) == codec.continuation(
+    assert "<tools>" in codec.decode(first)  # the listing is there, not dropped by both
+    reply = {"role": "tool", "content": "13121070"}
+    assert grpo._get_tool_suffix_ids([{**reply, "name": "python"}]) == codec.continuation(
         [reply], stopped=True
     )
-    sampled = [*codec.encode(guess_call(4)), codec.eos_id]
+    sampled = [*codec.encode(tool_call("python", {"code": "print(7890 * 1663)"})), codec.eos_id]
     parsed = parse_response(tokenizer, sampled, prefix=first, tools=grpo._env_tools[None])
-    assert parsed["tool_calls"][0]["function"] == {"name": "guess", "arguments": {"number": 4}}
+    assert parsed["tool_calls"][0]["function"] == {
+        "name": "python",
+        "arguments": {"code": "print(7890 * 1663)"},
+    }
 
 
-def row(arm: str, updates: float, rate: float = 0.5) -> Row:
-    n = 200
-    low, high = max(0.0, rate - 0.07), min(1.0, rate + 0.07)
-    success = SuccessRate(round(rate * n), n, low, high, rate)
-    return Row(arm=arm, steps=30, updates_per_min=updates, success=success, load=(1.0, 1.0))
+def test_a_template_that_renders_tools_is_left_as_it_is(default_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    assert tool_listing_template(tokenizer, []) == tokenizer.chat_template
 
 
-def test_the_verdict_compares_the_best_async_arm_with_the_faster_trl_arm() -> None:
-    rows = [row("trl", 4.0), row("trl-cb", 2.0), row("sync", 8.0), row("async-1", 13.0)]
-    assert verdict_lines(rows)[:2] == [
-        "best asynchronous rollgym arm: async-1, 3.25x trl",
-        "  met     >= 3x TRL alone",
+def test_each_arm_is_timed_to_trls_final_success() -> None:
+    """TRL ends at (60 + 70 + 80) / 3 = 70%, reached at its last point (400 s); rollgym's
+    three points in a row reach 70% at 90 s: 0.225 of TRL's time."""
+    trl = arm("trl", [(0, 30), (100, 40), (200, 60), (300, 70), (400, 80)])
+    ours = arm("rollgym", [(0, 30), (30, 60), (60, 70), (90, 80), (120, 85)])
+    slow = arm("rollgym-sync", [(0, 30), (200, 50), (400, 55), (600, 60), (800, 65)])
+    assert shares([trl, ours, slow]) == {
+        "trl": 1.0,
+        "rollgym": pytest.approx(0.225),
+        "rollgym-sync": None,
+    }
+    lines = run_lines(rate(30), [trl, ours, slow])
+    assert "level = trl's final 70.0%" in lines[0]
+    assert " 90 s   0.23" in lines[3] and "never" in lines[4]
+
+
+def test_the_verdict_needs_every_run() -> None:
+    def run(seed: int, ours: list[tuple[float, int]]) -> list[ArmRun]:
+        trl = arm("trl", [(0, 30), (100, 40), (200, 60), (300, 70), (400, 80)], seed)
+        return [trl, arm("rollgym", ours, seed)]
+
+    fast = [(0, 30), (30, 60), (60, 70), (90, 80), (120, 85)]
+    assert [line.split()[0] for line in verdict_lines([run(0, fast), run(1, fast)])[1:]] == [
+        "met",
+        "met",
+        "met",
     ]
-    assert verdict_lines(rows)[2].startswith("  met     its held-out success 50.0%")
-    slow_and_worse = [row("trl", 4.0, 0.6), row("async-1", 10.0, 0.4)]
-    assert [line.split()[0] for line in verdict_lines(slow_and_worse)[1:]] == ["NOT", "NOT"]
-    assert verdict_lines([row("trl", 4.0)])[0].startswith("no verdict")
+    late = [(0, 30), (100, 60), (200, 70), (300, 80), (400, 85)]  # 0.75 of TRL's time
+    lines = verdict_lines([run(0, fast), run(1, late)])
+    assert lines[0].endswith("share of TRL's: 0.23, 0.75)")
+    assert lines[2].startswith("  NOT MET <= 0.25") and lines[2].endswith("1 of 2")
+    flat = [(0, 30), (30, 31), (60, 29), (90, 30), (120, 30)]  # learns nothing, never there
+    lines = verdict_lines([run(0, fast), run(1, flat)])
+    assert [line.split()[0] for line in lines[1:]] == ["NOT", "NOT", "NOT"]
+    assert verdict_lines([[arm("rollgym", fast)]])[0].startswith("no verdict")
 
 
-def test_the_table_shows_each_arm_against_trl_and_why_an_arm_failed() -> None:
-    args = argparse.Namespace(steps=30, lr=1e-4, max_step_kl=None)
-    rows = [row("trl", 4.0), Row(arm="trl-cb", error="exit code 1: MemoryError"), row("sync", 8.0)]
-    lines = table_lines(rows, rows[0].success, args)
-    assert "2.00x" in lines[4] and lines[3] == "trl-cb   failed: exit code 1: MemoryError"
-    assert "trust region" not in lines[0]
-    args.max_step_kl = 0.02
-    assert table_lines(rows, rows[0].success, args)[0].endswith("rollgym's trust region 0.02")
+def test_a_failed_arm_is_shown_with_its_reason() -> None:
+    trl = arm("trl", [(0, 30), (100, 40), (200, 60), (300, 70)])
+    failed = ArmRun("rollgym", 0, error="exit code 1: MemoryError")
+    assert run_lines(rate(30), [trl, failed])[3] == "rollgym      failed: exit code 1: MemoryError"
+    assert verdict_lines([[trl, failed]])[0].startswith("no verdict")
+
+
+def test_an_arm_survives_results_json() -> None:
+    run = arm("trl", [(0, 30), (100, 40), (200, 60)], seed=2)
+    run = ArmRun(**{**run.__dict__, "checkpoints": {1: "/a/checkpoint-1"}, "peak_mib": 900.0})
+    assert arm_from_json(json.loads(json.dumps(arm_to_json(run)))) == run
 
 
 def test_rates_run_from_the_first_steps_end_to_the_last() -> None:
@@ -187,6 +192,7 @@ def test_rates_run_from_the_first_steps_end_to_the_last() -> None:
     assert steps_per_min(ends) == 6.0
     assert tokens_per_s(ends, logs, batch=32) == pytest.approx(3 * 50 * 32 / 30)
     assert math.isnan(steps_per_min(ends[:1]))
+    assert arm("trl", [(0, 30), (10, 40), (20, 50), (40, 60)]).updates_per_min == 4.0
 
 
 def test_peak_memory_counts_this_process() -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pickle
 
+import gymnasium
 import pytest
-from test_bench_peers import rollgym_return  # GuessTool played by rollgym's own env
 from transformers.utils import get_json_schema
 
 from rollgym.doors.trl import EPISODE_OVER, TrlEnvironments, closing_reward, tool_method
@@ -23,6 +23,21 @@ from rollgym.sandboxes.fake import FakeSandboxPool
 def pool():
     with FakeSandboxPool(PoolConfig(size=2, health_interval_s=0)) as pool:
         yield pool
+
+
+def rollgym_return(pool, seed: int, actions: list[str]) -> tuple[list[str], float]:
+    """GuessTool played by rollgym's own env: its replies and its return."""
+    env = gymnasium.make("rollgym/GuessTool-v0", sandbox_pool=pool)
+    env.reset(seed=seed)
+    replies, total = [], 0.0
+    for action in actions:
+        obs, reward, terminated, truncated, _ = env.step(action)
+        replies.append(obs[0]["content"])
+        total += reward
+        if terminated or truncated:
+            break
+    env.close()
+    return replies, total
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-from rollgym.contract.chat import chat_record
 from rollgym.envs.errors import InfraError
-from rollgym.envs.guess_demos import demonstrations, drills
-from rollgym.envs.guess_tool import CLOSING, GUESS_TOOL, as_tool_play, guess_call, read_reply
+from rollgym.envs.guess_tool import guess_call, read_reply
 from rollgym.envs.scripted import tool_call
 from rollgym.sandboxes.config import PoolConfig
 from rollgym.sandboxes.fake import FakeSandboxPool
@@ -76,20 +74,3 @@ def test_a_reply_the_host_cannot_trust_is_an_infrastructure_failure() -> None:
         read_reply("Traceback ...", 5, 3)
     with pytest.raises(InfraError, match="the target is 3"):
         read_reply('{"reply": "Correct!", "low": 5, "high": 5}', 5, 3)
-
-
-def test_demonstrations_become_tool_calls_and_tool_replies() -> None:
-    games = demonstrations(20, seed=0, low=1, high=8, max_turns=3, env_kwargs={"feedback": "range"})
-    for game in games:
-        played = as_tool_play(game, 1, 8)
-        record = chat_record(played, tools=[GUESS_TOOL.to_openai()])
-        calls = [m.tool_calls for m in record.messages if m.role == "assistant" and m.tool_calls]
-        assert len(calls) == sum(m["role"] == "assistant" for m in game)
-        assert [m.content for m in record.messages if m.role == "tool"] == [
-            m["content"] for m in game[2:] if m["role"] == "user"
-        ]
-        won = game[-1]["content"] == "Correct!"
-        assert (played[-1]["content"] == CLOSING) == won
-    drill = drills(1, seed=0, low=1, high=8, max_turns=3, env_kwargs={"feedback": "range"})[0]
-    weights = [m.get("weight") for m in as_tool_play(drill, 1, 8) if m["role"] == "assistant"]
-    assert weights[0] == 0  # the untrained random guesses stay untrained
