@@ -11,7 +11,7 @@ TRL gets ``logp_train_at_step_start`` from a forward pass of its own over the wh
 before the step. With one optimizer step per batch (``num_iterations=1``) those are exactly
 the logprobs the loss's forward computes, at the same weights, so ``ServerGRPOTrainer``
 takes them from there (detached) and builds the ratio before the loss uses it: one forward
-pass fewer per step (py-spy put TRL's at 18% of the trainer's busy time in ``bench.peers``).
+pass fewer per step (py-spy put TRL's at 18% of the trainer's busy time in ``bench.peers`` on GuessTool).
 
 Why TRL's ``GRPOTrainer`` and not ``trl.experimental.async_grpo.AsyncGRPOTrainer``: the
 latter forwards through a FlashAttention-3 tree-attention kernel fetched from the Hub and

@@ -2,7 +2,7 @@
 
 A GRPO batch is groups of samples of one task: the 8 samples of a group share their prompt,
 and an agent's prompt (system text, tool schemas) is often longer than what it samples
-(``bench.peers``' GuessTool: 230 prompt tokens, up to 190 sampled). TRL's forward runs
+(GuessTool in ``bench.peers`` of 2026-12-04: 230 prompt tokens, up to 190 sampled). TRL's forward runs
 every row whole, so each prompt is computed once per sample. Here the distinct prompts run
 once, with a KV cache, and each row's completion runs on its prompt's cached keys and
 values: the same logits (the same tokens at the same positions, the same masks), and the
@@ -13,8 +13,8 @@ The prompt pass stops one token short: the completion pass starts at the prompt'
 token, so TRL's fused LM head scores the first sampled token and the rest just as it does
 on whole rows (its patched forward passes the cache on to the model). The completions run
 in a few passes of rows of similar length (a whole batch padded to its longest completion
-computes every padded token: in ``bench.peers`` the mean completion is 60-72 tokens, the
-longest 75-91).
+computes every padded token: in that ``bench.peers`` the mean completion was 60-72 tokens,
+the longest 75-91).
 
 On a GPU a pass has a fixed cost (its kernel launches) worth thousands of tokens, so there
 the completions run in one pass, and only a batch that skips ``GPU_MIN_SKIPPED_TOKENS``
