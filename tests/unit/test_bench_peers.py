@@ -20,6 +20,7 @@ from bench.peers import (
     ArmRun,
     arm_from_json,
     arm_to_json,
+    gain_level,
     run_config,
     run_lines,
     shares,
@@ -136,20 +137,25 @@ def test_a_template_that_renders_tools_is_left_as_it_is(default_model_dir: Path)
     assert tool_listing_template(tokenizer, []) == tokenizer.chat_template
 
 
-def test_each_arm_is_timed_to_trls_final_success() -> None:
-    """TRL ends at (60 + 70 + 80) / 3 = 70%, reached at its last point (400 s); rollgym's
-    three points in a row reach 70% at 90 s: 0.225 of TRL's time."""
+def test_each_arm_is_timed_to_trls_final_success_and_to_90_percent_of_its_gain() -> None:
+    """TRL ends at (60 + 70 + 80) / 3 = 70%, reached at its last point (400 s); 90% of its
+    gain is 30 + 0.9 x 40 = 66%, also first held by three points at 400 s. rollgym's three
+    points in a row reach 70% at 90 s; the slow arm holds 66% from 800 s, never 70%."""
     trl = arm("trl", [(0, 30), (100, 40), (200, 60), (300, 70), (400, 80)])
     ours = arm("rollgym", [(0, 30), (30, 60), (60, 70), (90, 80), (120, 85)])
-    slow = arm("rollgym-sync", [(0, 30), (200, 50), (400, 55), (600, 60), (800, 65)])
-    assert shares([trl, ours, slow]) == {
+    slow = arm("rollgym-sync", [(0, 30), (200, 60), (400, 66), (600, 66), (800, 67)])
+    runs = [trl, ours, slow]
+    assert gain_level(runs) == pytest.approx(0.66)
+    assert shares(runs) == {"trl": 1.0, "rollgym": pytest.approx(0.225), "rollgym-sync": None}
+    assert shares(runs, gain_level(runs)) == {
         "trl": 1.0,
         "rollgym": pytest.approx(0.225),
-        "rollgym-sync": None,
+        "rollgym-sync": 2.0,
     }
-    lines = run_lines(rate(30), [trl, ours, slow])
-    assert "level = trl's final 70.0%" in lines[0]
-    assert " 90 s   0.23" in lines[3] and "never" in lines[4]
+    lines = run_lines(rate(30), runs)
+    assert lines[0].endswith("levels: trl's final 70.0%, 90% of its gain 66.0%")
+    assert "90 s (0.23)   90 s (0.23)" in lines[3]
+    assert "never  800 s (2.00)" in lines[4]
 
 
 def test_the_verdict_needs_every_run() -> None:
@@ -165,7 +171,7 @@ def test_the_verdict_needs_every_run() -> None:
     ]
     late = [(0, 30), (100, 60), (200, 70), (300, 80), (400, 85)]  # 0.75 of TRL's time
     lines = verdict_lines([run(0, fast), run(1, late)])
-    assert lines[0].endswith("share of TRL's: 0.23, 0.75)")
+    assert lines[0].endswith("share of TRL's: 0.23, 0.75; to 90% of TRL's gain: 0.23, 0.75)")
     assert lines[2].startswith("  NOT MET <= 0.25") and lines[2].endswith("1 of 2")
     flat = [(0, 30), (30, 31), (60, 29), (90, 30), (120, 30)]  # learns nothing, never there
     lines = verdict_lines([run(0, fast), run(1, flat)])
