@@ -1,8 +1,9 @@
 """rollgym against TRL alone on the built-in task: the time each takes to a better agent.
 
     .venv/bin/python -m bench.peers [--runs 3] [--first-seed 0] [--steps 6] [--eval-every 1]
-                                    [--eval-episodes 100] [--arms trl,rollgym] [--lr 1e-5]
-                                    [--max-step-kl 0] [--out DIR] [--report RESULTS_JSON]
+                                    [--eval-episodes 100] [--arms trl-vllm,rollgym,rollgym-sync]
+                                    [--lr 1e-5] [--max-step-kl 0] [--out DIR]
+                                    [--report RESULTS_JSON]
 
 A user choosing a tool compares it with what they would use instead. One task, one model,
 one warm start, the same GRPO settings, run each way:
@@ -452,7 +453,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps per arm")
     parser.add_argument("--eval-every", type=int, default=1, help="steps between scored points")
     parser.add_argument("--eval-episodes", type=int, default=100, help="held-out seeds a point")
-    parser.add_argument("--arms", default="trl,rollgym", help=f"some of {','.join(ARMS)}")
+    parser.add_argument(
+        "--arms", default="trl-vllm,rollgym,rollgym-sync", help=f"some of {','.join(ARMS)}"
+    )
     parser.add_argument("--lr", type=float, default=1e-5, help="every arm's learning rate")
     parser.add_argument(
         "--max-step-kl",
