@@ -272,6 +272,8 @@ def score(runs: list[ArmRun], seed: int, args: argparse.Namespace, warm_dir: Pat
                 curve.append(CurvePoint(step, run.step_s[step - 1], success(client, weights)))
                 shutil.rmtree(weights)  # 0.5 GB each; the numbers are kept
             scored.append(dataclasses.replace(run, curve=curve))
+    for policy in (args.out / f"seed-{seed}").glob("*/server/policy"):
+        shutil.rmtree(policy)  # the servers' last weights, 1.1 GB each; their logs are kept
     return warm, scored
 
 
