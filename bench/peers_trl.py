@@ -1,8 +1,9 @@
-"""Arm ``trl`` of ``bench.peers``: TRL alone, as TRL 1.16's documentation shows it.
+"""The TRL arms of ``bench.peers``: TRL alone, as TRL 1.16's documentation shows it.
 
 ``GRPOTrainer(environment_factory=...)``: TRL makes one environment per rollout of a batch
 (and keeps them for the next), offers the environment's public methods as tools, generates
-with transformers in this process, parses each completion's tool calls, calls the methods,
+in this process (``GENERATION``: transformers' ``generate``, its continuous batching, or
+TRL's colocated vLLM), parses each completion's tool calls, calls the methods,
 appends the results and generates again, until the model answers without a call or
 ``max_tool_calling_iterations`` is reached; the reward functions then score the rollout.
 
