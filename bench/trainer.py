@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench.trainer [--runs 1] [--first-seed 1] [--steps 120] [--async-steps 160]
                                       [--env-latency 0.5] [--latency lognormal|constant]
-                                      [--stalenesses 2,4] [--eval-episodes 200] [--eval-every 10]
+                                      [--modes sync,async-2,async-4]
+                                      [--eval-episodes 200] [--eval-every 10]
                                       [--lr 2e-4] [--max-step-kl 0.02]
                                       [--importance-sampling token_truncate]
 
@@ -18,11 +19,16 @@ each against a fresh server:
 * ``sync``     ``max_staleness=0``: the trainer takes only samples of the weights it just
                pushed, so sampling and training take turns, and each step waits for its
                slowest episode; ``--steps`` steps;
-* ``async-k``  ``max_staleness=k`` for each k of ``--stalenesses``: the server samples
-               ahead while the trainer trains, within the window, and the groups that finish
-               first are trained first, so the tail is hidden behind later groups;
-               ``--async-steps`` steps (more than sync's: an async step costs less time
-               and may teach less, so the time to a level decides, not the step count).
+* ``async-k``  ``max_staleness=k``: the server samples ahead while the trainer trains,
+               within the window, and the groups that finish first are trained first, so
+               the tail is hidden behind later groups; ``--async-steps`` steps (more than
+               sync's: an async step costs less time and may teach less, so the time to a
+               level decides, not the step count). Two ways to pay less for lag, added
+               to the name: ``+mask`` drops the tokens whose importance ratio is above the
+               cap from the loss instead of capping their weight (``importance_sampling=
+               "token_mask"``, TRL's masked correction); ``+turn`` keeps a group that began
+               before the window while its newest turn is in it, its older turns masked
+               (``staleness_unit="turn"``: partial rollouts, ``rollgym.contract.staleness``).
 
 A seed (``RunConfig.seed``) sets the trainer's seed, the training task seeds and the
 engine's sampling seed; every mode of a seed uses the same. Every mode trains with the
@@ -38,8 +44,8 @@ updates per minute and the ratio to ``sync``, drops, the curve, and each mode's 
 reach sync's final held-out success. Then over the seeds: that time as a share of sync's
 own time to it, final success, the ratios; a diagnosis (means over steps: batch reward,
 lag, KL of the samples' policy to the trainer's, importance ratios, tokens truncated,
-groups dropped as stale with the reward of dropped and trained groups, steps the trust
-region shortened or undid); the four stages' busy shares; and issue 43's targets: the best
+groups dropped as stale with the reward of dropped and trained groups, turns masked as
+stale, steps the trust region shortened or undid); the four stages' busy shares; and issue 43's targets: the best
 asynchronous mode reaches sync's final success in at most half of sync's time, and ends
 inside sync's 95% interval or above, in every seed. ``results.json`` holds every row.
 The machine's load average is printed too: times compare only within one run.
@@ -109,9 +115,48 @@ if ENV_ID not in gymnasium.registry:
     )
 
 
-def _run_mode(
-    name: str, staleness: int, seed: int, args: argparse.Namespace, warm_dir: Path
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """One arm of the comparison, named as ``--modes`` names it (see the module docstring).
+
+    >>> Mode.parse("async-2+turn")
+    Mode(name='async-2+turn', staleness=2, token_mask=False, by_turn=True)
+    """
+
+    name: str
+    staleness: int
+    token_mask: bool = False
+    by_turn: bool = False
+
+    @classmethod
+    def parse(cls, name: str) -> Mode:
+        base, *options = name.split("+")
+        if base != "sync" and not (base.startswith("async-") and base[6:].isdigit()):
+            raise ValueError(f"a mode is sync or async-K, got {base!r} in {name!r}")
+        unknown = set(options) - {"mask", "turn"}
+        if unknown or len(set(options)) != len(options):
+            raise ValueError(f"a mode's options are +mask and +turn, once each: {name!r}")
+        staleness = 0 if base == "sync" else int(base[6:])
+        if (base == "sync" or staleness == 0) and options:
+            raise ValueError(f"+mask and +turn correct for lag, which sync has none of: {name!r}")
+        return cls(name, staleness, "mask" in options, "turn" in options)
+
+
+def parse_modes(spec: str) -> list[Mode]:
+    """``--modes``: comma-separated, sync first (every share is of sync's time).
+
+    >>> [m.name for m in parse_modes("sync,async-2,async-2+mask")]
+    ['sync', 'async-2', 'async-2+mask']
+    """
+    modes = [Mode.parse(name.strip()) for name in spec.split(",")]
+    if modes[0].name != "sync" or len(modes) < 2:
+        raise ValueError(f"--modes starts with sync and names an asynchronous mode: {spec!r}")
+    if len({m.name for m in modes}) != len(modes):
+        raise ValueError(f"--modes names a mode twice: {spec!r}")
+    return modes
+
+
+def _run_mode(mode: Mode, seed: int, args: argparse.Namespace, warm_dir: Path) -> dict:
     """Train one mode from the warm start, then score its checkpoints every ``eval_every``
     steps (and the warm start, step 0) on the same held-out seeds, on the same server."""
     from bench.grpo_mode import served, train_timed
@@ -121,8 +166,8 @@ def _run_mode(
     from rollgym.trainer.config import TrainerConfig
     from rollgym.trainer.evaluate import evaluate_weights, held_out_seeds
 
-    steps = args.steps if staleness == 0 else args.async_steps
-    root = args.out / f"seed-{seed}" / name
+    steps = args.steps if mode.staleness == 0 else args.async_steps
+    root = args.out / f"seed-{seed}" / mode.name
     shutil.rmtree(root, ignore_errors=True)
     game = {"low": 1, "high": 8, **GUESS_RULES}
     task = TaskConfig(
@@ -134,11 +179,12 @@ def _run_mode(
         output_dir=root / "grpo",
         group_size=8,
         groups_per_batch=4,
-        max_staleness=staleness,
+        max_staleness=mode.staleness,
         total_steps=steps,
         learning_rate=args.lr,
         max_step_kl=args.max_step_kl or None,
-        importance_sampling=args.importance_sampling,
+        importance_sampling="token_mask" if mode.token_mask else args.importance_sampling,
+        staleness_unit="turn" if mode.by_turn else "group",
         keep_checkpoints=steps + 1,  # every step's weights, scored after the run
     )
     run = RunConfig(
@@ -165,9 +211,9 @@ def _run_mode(
         shutil.rmtree(checkpoint)
     result = timed.result
     return {
-        "mode": name,
+        "mode": mode.name,
         "seed": seed,
-        "staleness": staleness,
+        "staleness": mode.staleness,
         "steps": result.steps,
         "wall_s": timed.wall_s,
         "updates_per_min": timed.updates_per_min,
@@ -240,6 +286,7 @@ def diagnose(result: Any) -> dict[str, float]:
         "is_p01": mean("is_ratio_p01"),
         "is_p99": mean("is_ratio_p99"),
         "is_truncated": mean("is_truncated"),
+        "turns_masked": result.dropped.stale_turns_masked,
         "shortened": result.shortened_steps,
         "undone": result.undone_steps,
     }
@@ -275,7 +322,7 @@ def _print_run(rows: list[dict]) -> None:
         f"{sync['success']}"
     )
     print(
-        f"{'mode':<9}{'updates/min':>12}{'vs sync':>9}{'wall s':>8}{'dropped':>9}"
+        f"{'mode':<18}{'updates/min':>12}{'vs sync':>9}{'wall s':>8}{'dropped':>9}"
         f"{'t to sync final':>17}  held-out success % by step (s from start)"
     )
     for row in rows:
@@ -283,7 +330,7 @@ def _print_run(rows: list[dict]) -> None:
         shown = "never" if reached is None else f"{reached:.0f} s"
         curve = " ".join(f"{p.step}:{100 * p.success.rate:.0f}({p.at_s:.0f})" for p in row["curve"])
         print(
-            f"{row['mode']:<9}{row['updates_per_min']:>12.2f}"
+            f"{row['mode']:<18}{row['updates_per_min']:>12.2f}"
             f"{row['updates_per_min'] / sync['updates_per_min']:>8.2f}x{row['wall_s']:>8.0f}"
             f"{row['dropped'].total:>9}{shown:>17}  {curve}"
         )
@@ -301,13 +348,13 @@ def _print_summary(runs: list[list[dict]], args: argparse.Namespace) -> None:
     print(
         f"\nGRPO on GuessNumber with {wait}, {args.steps} steps in sync, "
         f"{args.async_steps} in async, batch 4 groups x 8"
-        f"{trust}, IS {args.importance_sampling}; {len(runs)} seeds; held-out success on "
+        f"{trust}, IS {args.importance_sampling} (+mask: token_mask); {len(runs)} seeds; held-out success on "
         f"{args.eval_episodes} seeds every {args.eval_every} steps"
     )
     modes = [row["mode"] for row in runs[0]]
     shares = shares_of_sync(runs)
     print(
-        f"{'mode':<9}{'t to sync final, share of sync (per seed)':<46}"
+        f"{'mode':<18}{'t to sync final, share of sync (per seed)':<46}"
         f"{'final success (per seed)':<28}updates/min vs sync"
     )
     for i, mode in enumerate(modes):
@@ -316,31 +363,33 @@ def _print_summary(runs: list[list[dict]], args: argparse.Namespace) -> None:
         ratios = ", ".join(
             f"{rows[i]['updates_per_min'] / rows[0]['updates_per_min']:.2f}x" for rows in runs
         )
-        print(f"{mode:<9}{cells:<46}{finals:<28}{ratios}")
+        print(f"{mode:<18}{cells:<46}{finals:<28}{ratios}")
     print("\nwhy (means over steps and seeds): batch reward, samples' lag in versions, KL to")
     print("the trainer's policy, importance ratio p01/p99, share of tokens truncated, groups")
-    print("dropped as stale and the mean reward of dropped and trained groups, trust region")
+    print("dropped as stale and the mean reward of dropped and trained groups, turns masked as")
+    print("stale (+turn), steps the trust region shortened and undid")
     print(
-        f"{'mode':<9}{'reward':>8}{'lag':>6}{'KL':>8}{'IS p01':>8}{'IS p99':>8}{'trunc':>7}"
-        f"{'dropped':>9}{'r drop/kept':>13}{'shortened':>10}{'undone':>8}"
+        f"{'mode':<18}{'reward':>8}{'lag':>6}{'KL':>8}{'IS p01':>8}{'IS p99':>8}{'trunc':>7}"
+        f"{'dropped':>9}{'r drop/kept':>13}{'masked':>8}{'shortened':>10}{'undone':>8}"
     )
     for i, mode in enumerate(modes):
         rows = [run[i] for run in runs]
         d = {k: sum(r["diagnosis"][k] for r in rows) / len(rows) for k in rows[0]["diagnosis"]}
         rewards = f"{d['stale_reward']:.2f}/{d['trained_reward']:.2f}"
         print(
-            f"{mode:<9}{d['reward']:>8.3f}{d['lag']:>6.2f}{d['kl_behaviour']:>8.4f}"
+            f"{mode:<18}{d['reward']:>8.3f}{d['lag']:>6.2f}{d['kl_behaviour']:>8.4f}"
             f"{d['is_p01']:>8.2f}{d['is_p99']:>8.2f}{100 * d['is_truncated']:>6.1f}%"
-            f"{100 * d['stale_share']:>8.0f}%{rewards:>13}{d['shortened']:>10.1f}{d['undone']:>8.1f}"
+            f"{100 * d['stale_share']:>8.0f}%{rewards:>13}{d.get('turns_masked', 0):>8.0f}"
+            f"{d['shortened']:>10.1f}{d['undone']:>8.1f}"
         )
     print("\nbusy share of each stage (rest: waiting), per mode, first seed")
-    print(f"{'mode':<9}" + "".join(f"{stage:>13}" for stage in STAGES))
+    print(f"{'mode':<18}" + "".join(f"{stage:>13}" for stage in STAGES))
     for row in runs[0]:
         cells = []
         for stage in STAGES:
             busy, waiting = row["shares"][stage]
             cells.append(f"{100 * busy / max(busy + waiting, 1e-9):>12.0f}%")
-        print(f"{row['mode']:<9}" + "".join(cells))
+        print(f"{row['mode']:<18}" + "".join(cells))
     print("", *verdict_lines(runs, shares), sep="\n")
     loads = ", ".join(f"{r['mode']} {r['load'][0]:.1f}->{r['load'][1]:.1f}" for r in runs[0])
     print(f"\nload average (1 min) before->after, first seed: {loads} on {os.cpu_count()} cores")
@@ -399,7 +448,11 @@ def main() -> None:
     )
     parser.add_argument("--env-latency", type=float, default=0.5, help="mean seconds per step")
     parser.add_argument("--latency", choices=["constant", "lognormal"], default="lognormal")
-    parser.add_argument("--stalenesses", default="2,4", help="the async modes' max_staleness")
+    parser.add_argument(
+        "--modes",
+        default="sync,async-2,async-4",
+        help="sync first, then async-K, each with +mask and/or +turn (see above)",
+    )
     parser.add_argument("--runs", type=int, default=1, help="seeds, each playing every mode")
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--eval-episodes", type=int, default=200, help="held-out seeds a point")
@@ -425,6 +478,10 @@ def main() -> None:
     args.out = args.out.resolve()
     if args.steps % args.eval_every or args.async_steps % args.eval_every:
         parser.error("--steps and --async-steps must be multiples of --eval-every")
+    try:
+        modes = parse_modes(args.modes)
+    except ValueError as error:
+        parser.error(str(error))
 
     from rollgym.contract import paths
     from rollgym.run.warmstart import WarmStartConfig, warm_start
@@ -432,10 +489,9 @@ def main() -> None:
     warm_dir = warm_start(
         WarmStartConfig(), paths.default_model_dir(), args.out / "warmstart", printer=print
     )
-    modes = [("sync", 0)] + [(f"async-{k}", int(k)) for k in args.stalenesses.split(",")]
     runs = []
     for seed in range(args.first_seed, args.first_seed + args.runs):
-        rows = [_run_mode(name, staleness, seed, args, warm_dir) for name, staleness in modes]
+        rows = [_run_mode(mode, seed, args, warm_dir) for mode in modes]
         _print_run(rows)
         runs.append(rows)
         _save(runs, args, args.out / "results.json")

@@ -40,6 +40,11 @@ class DropCounts(BaseModel):
     stale_trainer: int = Field(0, description="dropped by the trainer's own window check")
     already_trained: int = Field(0, description="re-delivered after a restart, skipped")
     malformed: int = Field(0, description="wrong group size or empty completion")
+    stale_turns_masked: int = Field(
+        0,
+        description="turns out of the window masked from the loss of a group kept by its "
+        "newest turn (staleness_unit 'turn'); their trajectories were trained, so not in total",
+    )
 
     @property
     def total(self) -> int:

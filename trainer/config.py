@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from rollgym.contract.shape import RunShape
+from rollgym.contract.staleness import StalenessUnit
 from rollgym.trainer.canary import CanaryConfig
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.lora import LoraSettings
@@ -161,6 +162,12 @@ class TrainerConfig(RunShape, _Config):
         "token_truncate", description="how the behaviour-logprob correction is applied"
     )
     importance_sampling_cap: float = Field(3.0, gt=1, description="upper bound of the IS ratio")
+    staleness_unit: StalenessUnit = Field(
+        "group",
+        description="group: a group older than the window is dropped whole; turn: it is kept "
+        "while its newest turn is in the window, its older turns masked from the loss "
+        "(rollgym.contract.staleness, trainer.window)",
+    )
     max_step_kl: float | None = Field(
         None,
         gt=0,

@@ -4,8 +4,9 @@ TRL calls ``rollout_func(prompts, trainer)`` once per optimizer step with
 ``group_size x groups_per_batch`` placeholder prompts (the server, not a dataset, decides the
 tasks). The feed long-polls ``POST /admin/buffer/pull`` at the trainer's current policy
 version until it holds that many fresh groups, drops (and acks, and counts) what fails the
-window checks of ``trainer.window``, records the batch in the ledger and the progress, and
-returns the batch in TRL's layout (``trainer.batch``).
+window checks of ``trainer.window`` (masking stale turns when the window is by turn),
+records the batch in the ledger and the progress, and returns the batch in TRL's layout
+(``trainer.batch``).
 
 Pulled groups are leased; they are acked only after the step that trained them is in a
 checkpoint (``trainer.callbacks.CheckpointLedgerCallback``).
@@ -24,7 +25,7 @@ from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import StarvedError
 from rollgym.trainer.ledger import DataLedger
 from rollgym.trainer.progress import RunProgress
-from rollgym.trainer.window import Selection, select_groups
+from rollgym.trainer.window import Selection, mask_stale_turns, select_groups
 
 
 class GroupFeed:
@@ -68,6 +69,7 @@ class GroupFeed:
                 PullRequest(
                     trainer_version=self.version(),
                     max_staleness=self.config.max_staleness,
+                    staleness_unit=self.config.staleness_unit,
                     num_groups=count - len(chosen),
                     timeout_s=self.config.pull_timeout_s,
                 )
@@ -80,9 +82,10 @@ class GroupFeed:
                 max_staleness=self.config.max_staleness,
                 group_size=self.config.group_size,
                 already_trained=self.ledger,
+                unit=self.config.staleness_unit,
             )
             self._release_dropped(selection)
-            chosen.extend(selection.fresh)
+            chosen.extend(self._masked(selection.fresh))
             if selection.fresh:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > self.config.stall_timeout_s:
@@ -93,6 +96,19 @@ class GroupFeed:
                     "valid); is a rollout job running on the server?"
                 )
         return chosen
+
+    def _masked(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """By turn (``staleness_unit="turn"``): each group with its stale turns masked, counted."""
+        if self.config.staleness_unit == "group":
+            return groups
+        masked = [
+            mask_stale_turns(
+                group, trainer_version=self.version(), max_staleness=self.config.max_staleness
+            )
+            for group in groups
+        ]
+        self.ledger.dropped.stale_turns_masked += sum(m.turns for m in masked)
+        return [m.group for m in masked]
 
     def filtered_groups(self) -> int:
         """Groups the server's rollout job dropped before any pull: all rewards equal (no

@@ -6,6 +6,14 @@ group: its oldest turn counts) only if it was sampled recently enough::
     staleness = V - min_version                  # versions between sampling and training
     fresh     = 0 <= staleness <= max_staleness  # max_staleness 0: on-policy (synchronous)
 
+**Unit.** By default a whole group counts as old as its oldest turn (``"group"``). With
+``"turn"``, a group whose first turns fell out of the window while its episodes ran on
+(under newer weights, as an asynchronous run's long episodes do) is kept: it counts as new
+as its newest turn (``window_version``), and the trainer masks its turns that are out of the
+window from the loss (their tokens stay in the context; the episode's return still scores
+the group). What a dropped group cost to sample is kept instead of thrown away: the
+"partial rollouts" of Kimi k1.5 and AReaL's interruptible generation, at turn granularity.
+
 A negative staleness (a sample "from the future") only happens when the server's version
 numbering restarted under the trainer; such a sample cannot be placed on the run's policy
 lineage, so it is not fresh either.
@@ -20,6 +28,11 @@ functions; nothing else writes the formula.
 """
 
 from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+StalenessUnit = Literal["group", "turn"]
+V = TypeVar("V")
 
 
 def staleness(trainer_version: int, min_version: int) -> int:
@@ -38,6 +51,17 @@ def is_fresh(trainer_version: int, min_version: int, max_staleness: int) -> bool
     (True, False, False)
     """
     return 0 <= staleness(trainer_version, min_version) <= max_staleness
+
+
+def window_version(unit: StalenessUnit, min_version: V, max_version: V) -> V:
+    """The version a group (or trajectory) spanning ``min_version..max_version`` is judged
+    by: its oldest turn's for ``"group"``, its newest turn's for ``"turn"``. (The buffer
+    passes its SQL columns' names and gets the one its query compares.)
+
+    >>> window_version("group", 3, 6), window_version("turn", 3, 6)
+    (3, 6)
+    """
+    return min_version if unit == "group" else max_version
 
 
 def oldest_fresh_version(trainer_version: int, max_staleness: int) -> int:

@@ -12,7 +12,8 @@ with ``completion_ids`` (environment tokens: mask 0, logprob 0.0).
 
 Version contract: every turn records the policy version that generated it; a trajectory
 carries the lowest and highest (``min_version``/``max_version``); the staleness window
-(``rollgym.contract.staleness``) decides from ``min_version`` whether it may be trained on.
+(``rollgym.contract.staleness``) decides from ``min_version`` (or, with the ``"turn"`` unit,
+``max_version``) whether it may be trained on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pydantic import (
 
 from rollgym.contract.canary import CanaryResult
 from rollgym.contract.shape import MAX_GROUP_SIZE, RunShape
+from rollgym.contract.staleness import StalenessUnit
 
 # Bounds of what a client may send. A body is also capped as a whole (``max_body_bytes``);
 # these keep each field to what can work, so nothing unbounded reaches an env or the engine.
@@ -230,6 +232,10 @@ class TrajectoryGroup(BaseModel):
     def min_version(self) -> int:
         return min(t.min_version for t in self.trajectories)
 
+    @property
+    def max_version(self) -> int:
+        return max(t.max_version for t in self.trajectories)
+
 
 # --- buffer: the trainer's side -----------------------------------------------------------
 
@@ -244,6 +250,11 @@ class PullRequest(_Input):
 
     trainer_version: int = Field(ge=0, le=MAX_VERSION)
     max_staleness: int = Field(ge=0, le=MAX_VERSION)
+    staleness_unit: StalenessUnit = Field(
+        "group",
+        description="group: a group is as old as its oldest turn; turn: as its newest (the "
+        "trainer masks the older turns; rollgym.contract.staleness)",
+    )
     num_groups: int = Field(gt=0, le=4096)
     timeout_s: float = Field(30.0, ge=0, le=600)
 

@@ -12,6 +12,9 @@ A group's life::
     ready/leased --pull finds trainer_version - min_version > max_staleness--> stale (counted,
                                                                             payload archived)
 
+(With the pull's ``staleness_unit="turn"`` the rule reads ``max_version``, the group's newest
+turn: ``rollgym.contract.staleness.window_version``.)
+
 Groups that leave the queue go to the archive (``server.buffer.archive``) in the same
 transaction, kept as long as ``BufferConfig.archive_retention_s`` says, for ``rollgym export``.
 The buffer tells its observers (``server.buffer.observers``) of every group it stores, every
@@ -44,7 +47,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from rollgym.contract.archive import ArchiveKind, ArchivePage, Outcome
-from rollgym.contract.staleness import oldest_fresh_version
+from rollgym.contract.staleness import StalenessUnit, oldest_fresh_version, window_version
 from rollgym.contract.wire import ErrorCode, PullRequest, PullResponse, Trajectory, TrajectoryGroup
 from rollgym.server.buffer import archive
 from rollgym.server.buffer.observers import BufferObserver
@@ -61,6 +64,7 @@ CREATE TABLE IF NOT EXISTS groups (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     group_id TEXT NOT NULL UNIQUE,
     min_version INTEGER NOT NULL,
+    max_version INTEGER,
     size INTEGER NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('ready', 'leased', 'acked', 'stale')),
     lease_id TEXT,
@@ -158,6 +162,9 @@ class TrajectoryBuffer:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # fsync the WAL on every commit
         db.executescript(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(groups)")}
+        if "max_version" not in columns:  # a buffer written before the column existed
+            db.execute("ALTER TABLE groups ADD COLUMN max_version INTEGER")
         db.executescript(archive.SCHEMA)
         self._db = db
 
@@ -193,9 +200,17 @@ class TrajectoryBuffer:
 
     def _insert(self, group: TrajectoryGroup, payload: bytes) -> bool:
         cursor = self._conn().execute(
-            "INSERT OR IGNORE INTO groups (group_id, min_version, size, state, created_at, payload)"
-            " VALUES (?, ?, ?, 'ready', ?, ?)",
-            (group.group_id, group.min_version, len(group.trajectories), self._clock(), payload),
+            "INSERT OR IGNORE INTO groups"
+            " (group_id, min_version, max_version, size, state, created_at, payload)"
+            " VALUES (?, ?, ?, ?, 'ready', ?, ?)",
+            (
+                group.group_id,
+                group.min_version,
+                group.max_version,
+                len(group.trajectories),
+                self._clock(),
+                payload,
+            ),
         )
         return cursor.rowcount == 1
 
@@ -274,7 +289,7 @@ class TrajectoryBuffer:
         dropped = 0
         while True:
             swept, ready = await self._run(
-                self._sweep, request.trainer_version, request.max_staleness
+                self._sweep, request.trainer_version, request.max_staleness, request.staleness_unit
             )
             dropped += swept
             left = deadline - time.monotonic()
@@ -298,10 +313,14 @@ class TrajectoryBuffer:
             observer.pulled(request, response, leased.waited_s)
         return response, leased
 
-    def _sweep(self, trainer_version: int, max_staleness: int) -> tuple[int, int]:
+    def _sweep(
+        self, trainer_version: int, max_staleness: int, unit: StalenessUnit
+    ) -> tuple[int, int]:
         """Re-offer expired leases, drop stale groups; return (trajectories dropped, ready)."""
         db = self._conn()
         oldest_kept = oldest_fresh_version(trainer_version, max_staleness)
+        version = window_version(unit, "min_version", "COALESCE(max_version, min_version)")
+        stale = f"state = 'ready' AND {version} < ?"
         with db:
             db.execute("BEGIN IMMEDIATE")
             db.execute(
@@ -310,15 +329,11 @@ class TrajectoryBuffer:
                 (self._clock(),),
             )
             (dropped,) = db.execute(
-                "SELECT COALESCE(SUM(size), 0) FROM groups"
-                " WHERE state = 'ready' AND min_version < ?",
-                (oldest_kept,),
+                f"SELECT COALESCE(SUM(size), 0) FROM groups WHERE {stale}", (oldest_kept,)
             ).fetchone()
-            self._archive(db, "state = 'ready' AND min_version < ?", [oldest_kept], "stale")
+            self._archive(db, stale, [oldest_kept], "stale")
             db.execute(
-                "UPDATE groups SET state = 'stale', payload = NULL"
-                " WHERE state = 'ready' AND min_version < ?",
-                (oldest_kept,),
+                f"UPDATE groups SET state = 'stale', payload = NULL WHERE {stale}", (oldest_kept,)
             )
             (ready,) = db.execute("SELECT COUNT(*) FROM groups WHERE state = 'ready'").fetchone()
         return int(dropped), int(ready)

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.trainer import CurvePoint, final_success, shares_of_sync, time_to, verdict_lines
+from bench.trainer import (
+    CurvePoint,
+    Mode,
+    final_success,
+    parse_modes,
+    shares_of_sync,
+    time_to,
+    verdict_lines,
+)
 from rollgym.trainer.evaluate import SuccessRate, wilson_interval
 
 pytestmark = pytest.mark.unit
@@ -68,3 +76,30 @@ def test_a_final_success_below_syncs_interval_fails_the_second_target() -> None:
     lines = verdict_lines(runs, shares_of_sync(runs))
     assert lines[1].startswith("  met ")
     assert lines[2].startswith("  NOT MET") and "0 of 1 seeds" in lines[2]
+
+
+def test_modes_name_their_staleness_and_the_corrections_they_add() -> None:
+    modes = parse_modes("sync,async-2,async-2+mask,async-4+turn+mask")
+    assert modes == [
+        Mode("sync", 0),
+        Mode("async-2", 2),
+        Mode("async-2+mask", 2, token_mask=True),
+        Mode("async-4+turn+mask", 4, token_mask=True, by_turn=True),
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "async-2,sync",
+        "sync",
+        "sync,async-2,async-2",
+        "sync,async-x",
+        "sync,async-2+fast",
+        "sync+turn,async-2",
+        "sync,async-2+mask+mask",
+    ],
+)
+def test_modes_that_cannot_be_compared_are_refused(spec: str) -> None:
+    with pytest.raises(ValueError):
+        parse_modes(spec)

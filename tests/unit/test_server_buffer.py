@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 
 import pytest
@@ -22,7 +23,10 @@ class Clock:
         return self.now
 
 
-def group(group_id: str, version: int = 0, size: int = 2) -> TrajectoryGroup:
+def group(
+    group_id: str, version: int = 0, size: int = 2, newest: int | None = None
+) -> TrajectoryGroup:
+    """``size`` trajectories sampled at ``version`` (their last turn at ``newest``, if given)."""
     trajectories = [
         Trajectory(
             id=f"{group_id}-{i}",
@@ -36,7 +40,7 @@ def group(group_id: str, version: int = 0, size: int = 2) -> TrajectoryGroup:
             terminated=True,
             truncated=False,
             min_version=version,
-            max_version=version,
+            max_version=version if newest is None else newest,
             turns=[],
             created_at=time.time(),
         )
@@ -45,9 +49,15 @@ def group(group_id: str, version: int = 0, size: int = 2) -> TrajectoryGroup:
     return TrajectoryGroup(group_id=group_id, env_id="test/Scripted-v0", trajectories=trajectories)
 
 
-def pull(n: int, version: int = 0, staleness: int = 1, timeout: float = 0.0) -> PullRequest:
+def pull(
+    n: int, version: int = 0, staleness: int = 1, timeout: float = 0.0, unit: str = "group"
+) -> PullRequest:
     return PullRequest(
-        trainer_version=version, max_staleness=staleness, num_groups=n, timeout_s=timeout
+        trainer_version=version,
+        max_staleness=staleness,
+        num_groups=n,
+        timeout_s=timeout,
+        staleness_unit=unit,
     )
 
 
@@ -103,6 +113,33 @@ async def test_stale_groups_are_dropped_and_counted_never_delivered(buffer) -> N
     assert [g.group_id for g in response.groups] == ["new"]
     assert response.dropped_stale == 3 and buffer.dropped_stale == 3
     assert await buffer.ack(["old"]) == 0
+
+
+async def test_by_turn_a_group_counts_as_new_as_its_newest_turn(buffer) -> None:
+    await buffer.put_group(group("began-old", version=0, newest=2))
+    await buffer.put_group(group("all-old", version=0, newest=1))
+    await buffer.put_group(group("from-the-future", version=2, newest=4))
+    response, _ = await buffer.pull(pull(4, version=3, staleness=1, unit="turn"), policy_version=3)
+    assert [g.group_id for g in response.groups] == ["began-old", "from-the-future"]
+    assert response.dropped_stale == 2  # all-old's two trajectories
+    # the trainer drops what is from the future (trainer.window): the buffer cannot know
+
+
+async def test_a_buffer_from_before_the_newest_turn_was_stored_opens_and_judges_by_the_oldest(
+    tmp_path, clock
+) -> None:
+    path = tmp_path / "b.sqlite3"
+    async with TrajectoryBuffer(path, BufferConfig(), clock=clock) as buffer:
+        await buffer.put_group(group("old", version=0, newest=2))
+    with sqlite3.connect(path) as db:  # the schema before the column existed
+        db.execute("ALTER TABLE groups DROP COLUMN max_version")
+    async with TrajectoryBuffer(path, BufferConfig(), clock=clock) as buffer:
+        await buffer.put_group(group("new", version=0, newest=2))
+        response, _ = await buffer.pull(
+            pull(4, version=3, staleness=1, unit="turn"), policy_version=3
+        )
+    assert [g.group_id for g in response.groups] == ["new"]
+    assert response.dropped_stale == 2
 
 
 async def test_the_long_poll_answers_as_soon_as_enough_groups_arrive(buffer) -> None:

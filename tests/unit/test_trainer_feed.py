@@ -7,6 +7,7 @@ import random
 import pytest
 from trainer_fakes import FakeServer, random_group
 
+from rollgym.contract.wire import TrajectoryGroup
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import StarvedError
 from rollgym.trainer.feed import GroupFeed
@@ -52,6 +53,38 @@ def test_stale_groups_are_dropped_and_counted_on_both_sides(tmp_path) -> None:
     assert [g.min_version for g in groups] == [6]
     assert feed.ledger.dropped.stale_trainer == 4
     assert fake.handed_out[-2] in fake.acked  # the stale one, released
+
+
+def test_by_turn_a_group_that_began_before_the_window_trains_on_its_fresh_turns(
+    tmp_path,
+) -> None:
+    rng = random.Random(3)
+    old = random_group(2, 4, rng)  # two turns each at version 2; the second moved to 5
+    began_old = TrajectoryGroup(
+        group_id=old.group_id,
+        env_id=old.env_id,
+        trajectories=[
+            t.model_copy(
+                update={
+                    "turns": [t.turns[0], t.turns[1].model_copy(update={"policy_version": 5})],
+                    "max_version": 5,
+                }
+            )
+            for t in old.trajectories
+        ],
+    )
+    fake = FakeServer(version=6, producer=None)
+    fake.add(began_old, random_group(1, 4, rng))
+    feed = _feed(fake, tmp_path, version=6, max_staleness=1, staleness_unit="turn")
+    batch = feed(["p"] * 4)
+    assert fake.pull_requests[0].staleness_unit == "turn"
+    assert batch["group_id"] == [began_old.group_id] * 4
+    for sample, trajectory in zip(batch["env_mask"], began_old.trajectories, strict=True):
+        first, second = (turn.completion_tokens for turn in trajectory.turns)
+        model = [i for i, m in enumerate(trajectory.loss_mask) if m]
+        assert [sample[i] for i in model] == [0] * first + [1] * second
+    assert feed.ledger.dropped.stale_turns_masked == 4  # one turn of each of the 4 episodes
+    assert feed.ledger.dropped.stale_server == 4  # the group with no fresh turn
 
 
 def test_already_trained_groups_are_skipped_and_released(tmp_path) -> None:

@@ -34,7 +34,7 @@ from rollgym.contract.canary import CANARY_HEADER, CanaryProbes, CanaryResult, l
 from rollgym.contract.cost import CostBoard
 from rollgym.contract.dashboard import TrainerAccepted, TrainerReport
 from rollgym.contract.paths import default_model_dir
-from rollgym.contract.staleness import oldest_fresh_version
+from rollgym.contract.staleness import oldest_fresh_version, window_version
 from rollgym.contract.wire import (
     AckRequest,
     ErrorBody,
@@ -73,6 +73,7 @@ def make_trajectory(
 ) -> Trajectory:
     """A two-turn episode: model tokens, an environment reply, model tokens again."""
     second = second_turn if second_turn is not None else [first_turn[0], 2]
+    turn_tokens = [len(first_turn), len(second)]
     completion = [*first_turn, *ENV_TOKENS, *second]
     mask = [1] * len(first_turn) + [0] * len(ENV_TOKENS) + [1] * len(second)
     logprobs = [-1.5 if m else 0.0 for m in mask]
@@ -81,7 +82,7 @@ def make_trajectory(
             index=i,
             policy_version=version,
             context_tokens=len(PROMPT),
-            completion_tokens=len(first_turn),
+            completion_tokens=turn_tokens[i],
             env_tokens=len(ENV_TOKENS),
             model_s=0.02,
             queue_s=0.001,
@@ -309,7 +310,8 @@ class FakeServer:
         fresh, dropped = [], 0
         oldest = oldest_fresh_version(request.trainer_version, request.max_staleness)
         for group in self.ready:  # the real buffer's sweep: only groups too old are dropped
-            if group.min_version < oldest:
+            judged = window_version(request.staleness_unit, group.min_version, group.max_version)
+            if judged < oldest:
                 dropped += len(group.trajectories)
             else:
                 fresh.append(group)
