@@ -410,27 +410,32 @@ def shares_of_sync(runs: list[list[dict]]) -> dict[str, list[float | None]]:
 
 
 def verdict_lines(runs: list[list[dict]], shares: dict[str, list[float | None]]) -> list[str]:
-    """Issue 43's targets for the asynchronous mode with the lowest median share: sync's
-    final success reached in at most half of sync's time, and a final success inside sync's
-    95% interval or above, in every seed."""
+    """Issue 43's targets for the best asynchronous mode: sync's final success reached in at
+    most half of sync's time, and a final success inside sync's 95% interval or above, in
+    every seed. The best mode meets the two in the most seeds; of equals, the one with the
+    lowest median share of sync's time."""
+    n = len(runs)
+    modes = [row["mode"] for row in runs[0]]
 
     def median_share(mode: str) -> float:
         return statistics.median(math.inf if s is None else s for s in shares[mode])
 
-    modes = [row["mode"] for row in runs[0]]
-    best = min(modes[1:], key=median_share)
+    def fast(mode: str) -> int:
+        return sum(s is not None and s <= 0.5 for s in shares[mode])
+
+    def kept(mode: str) -> int:
+        i = modes.index(mode)
+        return sum(rows[i]["success"].rate >= rows[0]["success"].low for rows in runs)
+
+    best = min(modes[1:], key=lambda m: (-(fast(m) + kept(m)), median_share(m)))
     best_share = median_share(best)
-    i = modes.index(best)
-    fast = sum(s is not None and s <= 0.5 for s in shares[best])
-    kept = sum(rows[i]["success"].rate >= rows[0]["success"].low for rows in runs)
-    n = len(runs)
     return [
         f"best asynchronous mode: {best} (median share of sync's time "
         f"{'never' if math.isinf(best_share) else f'{best_share:.2f}'})",
-        f"  {'met' if fast == n else 'NOT MET':<8}reaches sync's final success in <= half "
-        f"sync's time: {fast} of {n} seeds",
-        f"  {'met' if kept == n else 'NOT MET':<8}final success inside sync's 95% CI or above: "
-        f"{kept} of {n} seeds",
+        f"  {'met' if fast(best) == n else 'NOT MET':<8}reaches sync's final success in <= half "
+        f"sync's time: {fast(best)} of {n} seeds",
+        f"  {'met' if kept(best) == n else 'NOT MET':<8}final success inside sync's 95% CI or "
+        f"above: {kept(best)} of {n} seeds",
     ]
 
 

@@ -78,6 +78,19 @@ def test_a_final_success_below_syncs_interval_fails_the_second_target() -> None:
     assert lines[2].startswith("  NOT MET") and "0 of 1 seeds" in lines[2]
 
 
+def test_the_best_mode_is_the_one_that_meets_the_targets_in_the_most_seeds() -> None:
+    def seed(first: int, second: int) -> list[dict]:
+        sync = row("sync", [(0, 40), (200, 70), (400, 70), (600, 70)])
+        soon = row("async-2", [(0, 40), (50, 72), (first, 72), (first + 10, 72)])
+        steady = row("async-4", [(0, 40), (100, 72), (second, 72), (second + 10, 72)])
+        return [sync, soon, steady]
+
+    runs = [seed(60, 150), seed(300, 150)]  # async-2: sooner in one seed, too late in the other
+    lines = verdict_lines(runs, shares_of_sync(runs))
+    assert lines[0].startswith("best asynchronous mode: async-4")
+    assert lines[1].startswith("  met ") and "2 of 2 seeds" in lines[1]
+
+
 def test_modes_name_their_staleness_and_the_corrections_they_add() -> None:
     modes = parse_modes("sync,async-2,async-2+mask,async-4+turn+mask")
     assert modes == [
