@@ -123,6 +123,9 @@ def _run(args: argparse.Namespace) -> int:
     # TRL warns at import that it was tested with older vLLM versions; the trainer never
     # uses TRL's vLLM integration (see trainer/grpo.py).
     warnings.filterwarnings("ignore", message="TRL currently supports vLLM", category=UserWarning)
+    from rollgym.trainer.trl_without_vllm import import_trl_without_vllm
+
+    import_trl_without_vllm()  # the trainer here never samples with TRL's vLLM
     import datasets
     from transformers.utils import logging as hf_logging
 
@@ -177,6 +180,9 @@ def _train(args: argparse.Namespace) -> int:
     import os
     import sys
 
+    from rollgym.trainer.trl_without_vllm import import_trl_without_vllm
+
+    import_trl_without_vllm()  # the trainer here never samples with TRL's vLLM
     from rollgym.run.train_command import train_on_server
     from rollgym.trainer.client import ServerClient
     from rollgym.trainer.config import ClientConfig, TrainerConfig, parse_config
