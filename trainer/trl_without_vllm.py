@@ -15,9 +15,7 @@ TRL-alone arm, colocated vLLM) must not call it.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import Any
 
 
 def import_trl_without_vllm() -> bool:
@@ -26,11 +24,16 @@ def import_trl_without_vllm() -> bool:
     already (or vLLM itself) is left as it is."""
     if "trl.generation" in sys.modules or "vllm" in sys.modules:
         return False
-    trl_imports: Any = importlib.import_module("trl.import_utils")
+    import trl.import_utils as trl_imports
+
     check = trl_imports.is_vllm_available
-    trl_imports.is_vllm_available = lambda *_args, **_kwargs: False
+    trl_imports.is_vllm_available = _never
     try:
-        importlib.import_module("trl.generation.vllm_generation")
+        import trl.generation.vllm_generation  # noqa: F401
     finally:
         trl_imports.is_vllm_available = check
     return True
+
+
+def _never(*_args: object, **_kwargs: object) -> bool:
+    return False
