@@ -6,7 +6,8 @@
 Runs the built-in pipeline (``rollgym run [--preset P]``'s config: SFT warm start, GRPO
 against the real server) ``--runs`` times with seeds 0, 1, ... (``rollgym run --seed``:
 every random source of training changes; the held-out seeds do not), each in a fresh run
-dir (``--config``: a JSON of ``RunConfig`` fields over the preset's, to compare a recipe),
+dir (``--config``: a JSON of ``RunConfig`` fields over the preset's, to compare a recipe;
+the process runs as ``rollgym run``'s: on tcmalloc, TRL imported without vLLM),
 and prints per run the warm start's and the RL policy's success on the same held-out
 seeds with 95% Wilson intervals, their difference with a 95% Newcombe interval, and the
 wall time; then the median and range of the differences against the built-in run's
@@ -45,6 +46,11 @@ PRESET_MINUTES = {"agent-smollm2": 45.0}  # issue 32's budget for the real model
 
 
 def main() -> None:
+    from rollgym.run.tcmalloc import restart_on_tcmalloc
+    from rollgym.trainer.trl_without_vllm import import_trl_without_vllm
+
+    restart_on_tcmalloc()  # the process as rollgym run's: tcmalloc, TRL without vLLM
+    import_trl_without_vllm()
     quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs, seeds 0 .. runs-1")

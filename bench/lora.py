@@ -5,8 +5,8 @@ memory and step time, and what serving an adapter costs the sampler.
                                    [--steps 6] [--pushes 10] [--rank 16]
 
 Per model, three arms, each a real ``rollgym serve`` on loopback and a GRPO trainer in a
-child process of its own (so its peak memory is its own; it imports TRL without vLLM,
-as ``rollgym run`` and ``rollgym train`` do), pushing after every step while
+child process of its own (so its peak memory is its own; it runs on tcmalloc and imports
+TRL without vLLM, as ``rollgym run`` and ``rollgym train`` do), pushing after every step while
 the server samples GuessNumber groups (the trainer's peak memory is read when training ends):
 
 - ``full``: every weight trained, whole weights pushed to a plain server (the baseline);
@@ -275,10 +275,12 @@ def main() -> None:
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.arm is not None:
+    if args.arm is not None:  # the trainer's child: tcmalloc, no vLLM, as in rollgym run
+        from rollgym.run.tcmalloc import restart_on_tcmalloc
         from rollgym.trainer.trl_without_vllm import import_trl_without_vllm
 
-        import_trl_without_vllm()  # as the trainers of rollgym run and rollgym train do
+        restart_on_tcmalloc()
+        import_trl_without_vllm()
         measured = run_arm(
             args.arm, Path(args.model_dir), args.url, os.environ["ROLLGYM_ADMIN_TOKEN"],
             args.steps, args.pushes, args.rank,

@@ -51,6 +51,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    if argv is None and getattr(args, "on_tcmalloc", False):  # a command line's own process
+        from rollgym.run.tcmalloc import restart_on_tcmalloc
+
+        restart_on_tcmalloc()  # the trainers: less memory held (see rollgym.run.tcmalloc)
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

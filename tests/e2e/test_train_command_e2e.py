@@ -1,5 +1,6 @@
 """``rollgym train`` against a real server that holds groups and runs no job (issue 39, part
-5): the real twin of tests/unit/test_train_command.py's fake-server runs.
+5): the real twin of tests/unit/test_train_command.py's fake-server runs, and of
+tests/unit/test_tcmalloc.py's fake restart (the trainer's process runs on tcmalloc).
 
 The groups are played at version 0 by a rollout job that is then stopped, as external
 agents' groups would wait in the buffer. The server serves the model ``--model`` names,
@@ -8,10 +9,12 @@ never updated, so nothing is pushed first and every held group is trained, none 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +58,24 @@ def _hold_groups(client: ServerClient, count: int) -> None:
     client.stop_rollouts()
 
 
+def _run_watching_allocator(
+    command: list[str], scratch: Path
+) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Run ``command``; whether its process ever had tcmalloc mapped (read while it ran)."""
+    out, err = scratch / "stdout", scratch / "stderr"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
+        maps, seen, deadline = Path(f"/proc/{process.pid}/maps"), False, time.monotonic() + 600
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):  # it may end between poll() and the read
+                seen = seen or "libtcmalloc" in maps.read_text()
+            time.sleep(0.2)
+        process.kill()  # where the deadline passed; a no-op once it ended
+        returncode = process.wait()
+    done = subprocess.CompletedProcess(command, returncode, out.read_text(), err.read_text())
+    return done, seen
+
+
 def test_held_groups_are_all_trained_without_a_first_push(
     server, default_model_dir, tmp_path
 ) -> None:
@@ -68,8 +89,9 @@ def test_held_groups_are_all_trained_without_a_first_push(
         f"--token={server.admin_token}", "--total-steps", str(GROUPS), "--group-size", "4",
         "--groups-per-batch", "1", "--max-staleness", "1", "--wait-s", "60",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    done, on_tcmalloc = _run_watching_allocator(command, tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert on_tcmalloc  # the trainer restarted itself on it (rollgym.run.tcmalloc)
     assert "nothing is pushed first" in done.stdout
     assert f"trained {GROUPS} steps" in done.stdout
     with ServerClient(config) as client:
