@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -36,7 +37,14 @@ from rollgym.contract.wire import WeightUpdateResult
 from rollgym.trainer.canary import CanaryConfig, canary_probes
 from rollgym.trainer.client import PART_BYTES, ServerClient
 from rollgym.trainer.errors import ProtocolError, ServerReplyError, ServerUnavailable
-from rollgym.trainer.lora import adapter_tensors, served_tensors, zero_adapter
+from rollgym.trainer.lora import (
+    MergedWeight,
+    Weight,
+    adapter_tensors,
+    as_tensor,
+    served_weights,
+    zero_adapter,
+)
 
 if TYPE_CHECKING:
     from rollgym.trainer.broadcast import WeightBroadcaster
@@ -60,13 +68,16 @@ class SafetensorsBody:
         ([[1.0, 1.0], [1.0, 1.0]], True)
     """
 
-    def __init__(self, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None):
-        """``metadata``: the file's ``__metadata__`` (text to text), e.g. an adapter's shape."""
-        self._tensors = [(n, t.detach().to("cpu").contiguous()) for n, t in tensors.items()]
+    def __init__(self, tensors: Mapping[str, Weight], metadata: dict[str, str] | None = None):
+        """``metadata``: the file's ``__metadata__`` (text to text), e.g. an adapter's shape.
+        A ``MergedWeight`` is made only as its bytes are sent, and dropped after."""
+        self._tensors: list[tuple[str, Weight]] = [
+            (n, t if isinstance(t, MergedWeight) else _on_cpu(t)) for n, t in tensors.items()
+        ]
         entries: dict[str, object] = {"__metadata__": metadata} if metadata else {}
         offset = 0
         for name, tensor in self._tensors:
-            size = tensor.numel() * tensor.element_size()
+            size = math.prod(tensor.shape) * tensor.dtype.itemsize
             entries[name] = {
                 "dtype": _CODES[tensor.dtype],
                 "shape": list(tensor.shape),
@@ -80,25 +91,39 @@ class SafetensorsBody:
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> SafetensorsBody:
-        """The weights the server serves for ``model`` (``trainer.lora.served_tensors``)."""
-        return cls(served_tensors(model))
+        """The weights the server serves for ``model`` (``trainer.lora.served_weights``)."""
+        return cls(served_weights(model))
 
     def __len__(self) -> int:
         return self._size
 
     @property
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
-        """The file's tensors, by name, in order (what a broadcast sends instead)."""
-        return self._tensors
+        """The file's tensors, by name, in order, all made at once (what a broadcast sends
+        instead)."""
+        return [(name, _on_cpu(as_tensor(weight))) for name, weight in self._tensors]
 
     def __iter__(self) -> Iterator[bytes | memoryview]:
         yield self._header
-        for _, tensor in self._tensors:
+        for _, weight in self._tensors:
+            tensor = _on_cpu(as_tensor(weight))  # a merged weight lives until its last part
             if tensor.numel() == 0:
                 continue
             data = tensor.reshape(-1).view(torch.uint8).numpy().data
             for start in range(0, len(data), PART_BYTES):
                 yield data[start : start + PART_BYTES]
+
+
+def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values on the CPU, contiguous: ``tensor`` itself where it is so already."""
+    return (tensor.detach() if tensor.requires_grad else tensor).to("cpu").contiguous()
+
+
+def _snapshot(weight: Weight, trainable: set[int]) -> Weight:
+    """``weight`` as it is now, kept so while training changes the model's."""
+    if isinstance(weight, MergedWeight):
+        return weight.tensor()
+    return weight.detach().clone() if weight.data_ptr() in trainable else weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,13 +185,10 @@ class WeightPusher:
                 raise TypeError("pushing adapters needs a LoRA model (trainer.lora)")
             tensors, metadata = adapter_tensors(model)
         else:
-            tensors = served_tensors(model)
-        if snapshot:
+            tensors = served_weights(model)
+        if snapshot:  # made now: the weights train on while this is sent
             trainable = {p.data_ptr() for p in model.parameters() if p.requires_grad}
-            tensors = {
-                name: t.detach().clone() if t.data_ptr() in trainable else t
-                for name, t in tensors.items()
-            }
+            tensors = {name: _snapshot(t, trainable) for name, t in tensors.items()}
         body = SafetensorsBody(tensors, metadata)
         probes = canary_probes(model, self.canary) if self.canary is not None else None
         return PreparedPush(body, probes, prepare_s=time.perf_counter() - t0)

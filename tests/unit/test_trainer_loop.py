@@ -30,7 +30,13 @@ from rollgym.trainer.checkpoint import latest_checkpoint, read_state
 from rollgym.trainer.config import TrainerConfig
 from rollgym.trainer.errors import ServerReplyError
 from rollgym.trainer.loop import train
-from rollgym.trainer.lora import LoraSettings, is_adapter_dir, load_policy, served_tensors
+from rollgym.trainer.lora import (
+    LoraSettings,
+    as_tensor,
+    is_adapter_dir,
+    load_policy,
+    served_weights,
+)
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
@@ -312,10 +318,10 @@ def test_online_evaluation_keeps_the_best_and_the_guard_rolls_back(
     assert read_points(config.output_dir) == result.online_eval
     assert result.best_dir == config.output_dir / BEST_DIR
     # the rollback pushed step 2's weights (kept as the best) after step 3's own push
-    best = served_tensors(load_policy(result.best_dir))  # a LoRA run's best is its adapter
+    best = served_weights(load_policy(result.best_dir))  # a LoRA run's best is its adapter
     assert is_adapter_dir(result.best_dir) == (lora is not None)
-    for name, tensor in best.items():
-        torch.testing.assert_close(fake.weights[4][name], tensor.detach())
+    for name, weight in best.items():
+        torch.testing.assert_close(fake.weights[4][name], as_tensor(weight).detach())
     assert len(fake.weights) == 1 + 5 + 1 and result.policy_version == fake.version == 7
     [guard] = [line for line in lines if line.startswith("GUARD")]
     assert "step 3" in guard and "back to step 2" in guard and "0.001 -> 0.0005" in guard

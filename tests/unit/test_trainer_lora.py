@@ -4,11 +4,12 @@ checkpoints hold the adapter, and the export folds it back into an ordinary mode
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import pytest
 import torch
-from peft import get_peft_model
+from peft import PeftModel, get_peft_model
 from trainer_fakes import FakeServer, fast_config
 from transformers import AutoModelForCausalLM
 
@@ -17,7 +18,14 @@ from rollgym.trainer.checkpoint import latest_checkpoint
 from rollgym.trainer.config import TrainerConfig, parse_config
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.loop import train
-from rollgym.trainer.lora import LoraSettings, export_merged, is_adapter_dir, merged_tensors
+from rollgym.trainer.lora import (
+    LoraSettings,
+    MergedWeight,
+    export_merged,
+    is_adapter_dir,
+    merged_tensors,
+)
+from rollgym.trainer.weights import SafetensorsBody
 
 
 def _config(tmp_path: Path, **values) -> TrainerConfig:
@@ -30,14 +38,19 @@ def _config(tmp_path: Path, **values) -> TrainerConfig:
     return fast_config(tmp_path / "run", **{**defaults, **values})
 
 
-def test_merged_tensors_equal_peft_merge_and_leave_the_model_as_it_was(default_model_dir) -> None:
+def _adapted(model_dir: Path) -> PeftModel:
+    """The model under rank-4 adapters that add something (peft starts ``B`` at zero)."""
     model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(default_model_dir),
-        LoraSettings(rank=4).peft_config(),
+        AutoModelForCausalLM.from_pretrained(model_dir), LoraSettings(rank=4).peft_config()
     )
     for name, param in model.named_parameters():
-        if "lora_B" in name:  # peft starts B at zero: give the adapters something to add
+        if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.5)
+    return model
+
+
+def test_merged_tensors_equal_peft_merge_and_leave_the_model_as_it_was(default_model_dir) -> None:
+    model = _adapted(default_model_dir)
     before = {k: v.clone() for k, v in model.named_parameters()}
     served = {k: v.clone() for k, v in merged_tensors(model).items()}
     for name, param in model.named_parameters():  # the training model is left as it was
@@ -55,6 +68,32 @@ def test_merged_tensors_equal_peft_merge_and_leave_the_model_as_it_was(default_m
         served["model.layers.0.self_attn.q_proj.weight"],
         before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"],
     )
+
+
+def test_a_merged_push_sends_the_merged_file_making_one_merged_weight_at_a_time(
+    default_model_dir, monkeypatch
+) -> None:
+    model = _adapted(default_model_dir)
+    expected = b"".join(SafetensorsBody(merged_tensors(model)))
+    made: list[weakref.ref[torch.Tensor]] = []
+    most_alive = 0
+    make = MergedWeight.tensor
+
+    def recorded(self: MergedWeight) -> torch.Tensor:
+        tensor = make(self)
+        made.append(weakref.ref(tensor))
+        return tensor
+
+    monkeypatch.setattr(MergedWeight, "tensor", recorded)
+    body = SafetensorsBody.of(model)
+    assert not made  # nothing merged until it is sent
+    sent = bytearray()
+    for part in body:
+        sent += part
+        most_alive = max(most_alive, sum(ref() is not None for ref in made))
+    assert bytes(sent) == expected and len(body) == len(expected)
+    assert len(made) == 7 * model.config.num_hidden_layers  # every adapted layer, once
+    assert most_alive == 1
 
 
 def test_a_lora_run_pushes_merged_weights_and_checkpoints_the_adapter(
