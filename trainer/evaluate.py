@@ -48,14 +48,19 @@ class SuccessRate:
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a binomial rate (``z=1.96``: 95%)."""
+    """The Wilson score interval of a binomial rate (``z=1.96``: 95%); it holds the rate
+    itself, at 0 and at ``n`` out of ``n`` too (where rounding put the bound past it).
+
+    >>> wilson_interval(48, 48)[1], wilson_interval(0, 11)[0]
+    (1.0, 0.0)
+    """
     if n == 0:
         return 0.0, 1.0
     p = successes / n
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def success_rate(trajectories: Sequence[Trajectory]) -> SuccessRate:

@@ -62,7 +62,11 @@ def write_report_png(
             curve.axhspan(rate.low, rate.high, color=color, alpha=0.1)
     if points := result.online_eval:
         rates = [p.rate for p in points]
-        errors = [[p.rate - p.low for p in points], [p.high - p.rate for p in points]]
+        # never below 0: a point written before wilson_interval held its rate at n of n
+        errors = [
+            [max(0.0, p.rate - p.low) for p in points],
+            [max(0.0, p.high - p.rate) for p in points],
+        ]
         steps_at = [p.step for p in points]
         curve.errorbar(steps_at, rates, yerr=errors, fmt="o", ms=3, color="C4", label="online eval")
         for point in points:

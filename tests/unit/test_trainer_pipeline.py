@@ -23,6 +23,7 @@ from rollgym.trainer.config import parse_config
 from rollgym.trainer.errors import TrainerConfigError
 from rollgym.trainer.evaluate import success_rate, wilson_interval
 from rollgym.trainer.loop import TrainResult
+from rollgym.trainer.online_eval import OnlinePoint
 from rollgym.trainer.progress import StepRecord
 
 
@@ -57,6 +58,10 @@ def test_wilson_interval_brackets_the_rate_and_stays_in_bounds() -> None:
     assert low < 0.4 < high and high - low == pytest.approx(0.19, abs=0.01)
     assert wilson_interval(0, 50)[0] == 0.0 and wilson_interval(50, 50)[1] == 1.0
     assert wilson_interval(0, 0) == (0.0, 1.0)
+    for n in range(1, 301):  # rounding once put 48 of 48's upper bound below 1.0
+        for k in range(n + 1):
+            low, high = wilson_interval(k, n)
+            assert 0.0 <= low <= k / n <= high <= 1.0, (k, n)
 
 
 def test_success_counts_terminated_positive_episodes_only() -> None:
@@ -143,6 +148,14 @@ def test_moving_average_and_report_png(tmp_path: Path) -> None:
     assert result.undone_steps == 1  # step 4, marked in the alarms panel
     png = write_report_png(result, tmp_path / "r.png", rate, rate, [(3, "kl_behaviour", 0.03)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # an online point of 48 out of 48 as a run before the fix wrote it: its upper bound
+    # below its rate by a rounding (matplotlib refuses a negative error bar)
+    perfect = OnlinePoint(
+        step=3, policy_version=4, successes=48, episodes=48, low=0.926, high=1 - 1e-16,
+        infra_failures=0,
+    )  # fmt: skip
+    online = dataclasses.replace(result, online_eval=[perfect])
+    assert write_report_png(online, tmp_path / "online.png", rate, rate).is_file()
     records = [r.model_copy(update={"alarms": {}}) for r in records]  # a run without any
     bare = dataclasses.replace(result, records=records)
     assert write_report_png(bare, tmp_path / "bare.png").is_file()
