@@ -180,6 +180,7 @@ class WeightPusher:
         while the next step runs (``trainer.background_push``)."""
         t0 = time.perf_counter()
         metadata = None
+        tensors: Mapping[str, Weight]
         if self.adapters:
             if not isinstance(model, PeftModel):
                 raise TypeError("pushing adapters needs a LoRA model (trainer.lora)")
