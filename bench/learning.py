@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench import quiet_training_output
+from bench import as_a_rollgym_trainer, quiet_training_output
 from rollgym.trainer.evaluate import SuccessRate
 
 if TYPE_CHECKING:
@@ -46,11 +46,7 @@ PRESET_MINUTES = {"agent-smollm2": 45.0}  # issue 32's budget for the real model
 
 
 def main() -> None:
-    from rollgym.run.tcmalloc import restart_on_tcmalloc
-    from rollgym.trainer.trl_without_vllm import import_trl_without_vllm
-
-    restart_on_tcmalloc()  # the process as rollgym run's: tcmalloc, TRL without vLLM
-    import_trl_without_vllm()
+    as_a_rollgym_trainer()
     quiet_training_output()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs, seeds 0 .. runs-1")

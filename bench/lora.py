@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import as_a_rollgym_trainer
 from bench.server import print_table
 from rollgym.contract import paths
 
@@ -276,11 +277,7 @@ def main() -> None:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm is not None:  # the trainer's child: tcmalloc, no vLLM, as in rollgym run
-        from rollgym.run.tcmalloc import restart_on_tcmalloc
-        from rollgym.trainer.trl_without_vllm import import_trl_without_vllm
-
-        restart_on_tcmalloc()
-        import_trl_without_vllm()
+        as_a_rollgym_trainer()
         measured = run_arm(
             args.arm, Path(args.model_dir), args.url, os.environ["ROLLGYM_ADMIN_TOKEN"],
             args.steps, args.pushes, args.rank,
